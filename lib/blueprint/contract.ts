@@ -1,0 +1,203 @@
+import type { DateTime, Duration } from 'luxon';
+import type { Clock } from '../clock.js';
+import type { DurationInput } from '../time.js';
+import type { JsonObject, LeaseSpec } from '../model/spec.js';
+import type { Lease } from '../model/lease.js';
+
+/** What a hook sees of a resource. */
+export interface ResourceView<ResourceAttrs extends JsonObject = JsonObject> {
+  id: string;
+  type: string;
+  blueprint: string;
+  status: string;
+  attributes: ResourceAttrs;
+  /** Leases on this resource that are not destroyed yet (acquired, active or being torn down). */
+  leaseCount: number;
+}
+
+/** What a hook sees of a lease. */
+export interface LeaseView<LeaseAttrs extends JsonObject = JsonObject> {
+  id: string;
+  type: string;
+  attributes: LeaseAttrs;
+  owner: string | null;
+  expiresAt: DateTime | null;
+}
+
+export interface HookContext<Config> {
+  blueprint: { name: string; type: string; config: Config };
+  clock: Clock;
+  /** Aborts when the broker closes past its grace period. */
+  signal: AbortSignal;
+  /** True when this hook already ran for this object and its outcome was never recorded (a crash or a close). Hooks must then be idempotent. */
+  resume: boolean;
+  /** Writes a log entry about this object, rendered by `logTypes[type]` of the blueprint, or as `message` for the built-in `blueprint.note`. */
+  log(type: string, data?: JsonObject): Promise<void>;
+}
+
+export interface ResourceContext<Config, ResourceAttrs extends JsonObject> extends HookContext<Config> {
+  resource: ResourceView<ResourceAttrs>;
+}
+
+export interface AllocateContext<Config, ResourceAttrs extends JsonObject, LeaseAttrs extends JsonObject>
+  extends ResourceContext<Config, ResourceAttrs> {
+  /** The lease whose demand started this allocation, if it is still pending. */
+  lease: LeaseView<LeaseAttrs> | null;
+  /**
+   * Takes a child lease on another resource type, owned by this resource and released
+   * when it is destroyed. Resolves once the child is active; until then the hook is
+   * suspended (it is called again, with `resume: true`, when the child is ready), so it
+   * must be idempotent. `key` names the child so that a repeated call finds it again.
+   */
+  acquireLease(spec: LeaseSpec, options?: { key?: string }): Promise<Lease>;
+  /** Locks slots held by this resource until it is destroyed. */
+  lockSlots(keys: string[]): void;
+}
+
+export interface LeaseContext<Config, LeaseAttrs extends JsonObject> extends HookContext<Config> {
+  lease: LeaseView<LeaseAttrs>;
+}
+
+export interface LeaseOnResourceContext<Config, ResourceAttrs extends JsonObject, LeaseAttrs extends JsonObject>
+  extends LeaseContext<Config, LeaseAttrs> {
+  resource: ResourceView<ResourceAttrs>;
+}
+
+export interface AcquireContext<Config, ResourceAttrs extends JsonObject, LeaseAttrs extends JsonObject>
+  extends LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs> {
+  /** Slot locks this lease holds until it is destroyed. Taken all or nothing in the transaction that acquires the lease; a conflict is retried. */
+  lockSlots(keys: string[]): void;
+}
+
+/** What `allocateResource` and `activateResource` may return: attributes merged into the resource's. */
+export type ResourceOutcome<ResourceAttrs extends JsonObject> = void | { attributes?: Partial<ResourceAttrs> };
+export type LeaseOutcome<LeaseAttrs extends JsonObject> = void | { attributes?: Partial<LeaseAttrs> };
+
+type MaybePromise<T> = T | Promise<T>;
+
+/** The interfaces every blueprint may offer; a blueprint can add its own names. */
+export interface CommandOptions {
+  /** Working directory; by default the lease's own directory. */
+  cwd?: string;
+  env?: Record<string, string | undefined>;
+  /** Kills the process after this long. */
+  timeout?: DurationInput;
+  signal?: AbortSignal;
+  /** Run through `/bin/sh -c` (argv is then joined). Off by default: argv goes straight to execFile. */
+  shell?: boolean;
+  onStdout?: (chunk: string) => void;
+  onStderr?: (chunk: string) => void;
+  stdin?: string;
+}
+
+export interface CommandResult {
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+}
+
+export interface CommandInterface {
+  run(argv: readonly string[], options?: CommandOptions): Promise<CommandResult>;
+}
+
+export interface FilesystemInterface {
+  /** The absolute path this lease may use. */
+  path: string;
+}
+
+export interface StandardInterfaces {
+  command: CommandInterface;
+  filesystem: FilesystemInterface;
+}
+
+/**
+ * The plugin contract. A blueprint implementation knows how to build, hand out and tear
+ * down one kind of resource. Hooks receive a context and return data; the library does
+ * every write, and never calls a hook inside a transaction or while holding a lock.
+ *
+ * A hook may throw `RetryLater` to be called again with backoff; anything else it
+ * throws breaks the object it was working on, with the error recorded in its log.
+ *
+ * Phases, as in Drydock: `canEverAllocate` → (`canAllocate` → `allocateResource` →
+ * `activateResource`) → `canAcquireLease` → `acquireLease` → `activateLease` →
+ * `releaseLease` → `destroyLease` → `destroyResource`.
+ */
+export interface BlueprintImplementation<
+  Config = unknown,
+  ResourceAttrs extends JsonObject = JsonObject,
+  LeaseAttrs extends JsonObject = JsonObject,
+> {
+  /** The resource type this implementation builds (`host`, `working-copy`). */
+  type: string;
+  description?: string;
+  /** Checks and normalizes `config`; throw to reject it (reported as a ValidationError on `config`). */
+  validateConfig?(config: unknown): Config;
+  /** Resources of this blueprint with no leases for this long release themselves. Off by default. */
+  idleExpiry?: DurationInput | ((config: Config) => DurationInput | undefined);
+  /** Could this blueprint ever serve the lease? If no candidate can, the lease breaks at once. Default: true. */
+  canEverAllocate?(ctx: LeaseContext<Config, LeaseAttrs>): MaybePromise<boolean>;
+  /** Is there capacity to build a new resource now? Rough and lock-free. Default: true. */
+  canAllocate?(ctx: LeaseContext<Config, LeaseAttrs>): MaybePromise<boolean>;
+  /** Builds the resource. Idempotent per resource id: it may be called again after a crash. */
+  allocateResource(ctx: AllocateContext<Config, ResourceAttrs, LeaseAttrs>): Promise<ResourceOutcome<ResourceAttrs>>;
+  /** Makes an allocated resource usable. Leases become active only after this returns. */
+  activateResource?(ctx: AllocateContext<Config, ResourceAttrs, LeaseAttrs>): Promise<ResourceOutcome<ResourceAttrs>>;
+  /** Can this active resource take this lease now? Default: true. */
+  canAcquireLease?(ctx: LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs>): MaybePromise<boolean>;
+  /** Reserves what the lease needs, chiefly slot locks (`ctx.lockSlots`). */
+  acquireLease?(ctx: AcquireContext<Config, ResourceAttrs, LeaseAttrs>): Promise<LeaseOutcome<LeaseAttrs>>;
+  /** Prepares the lease (a scratch directory, a checkout). */
+  activateLease?(ctx: LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs>): Promise<LeaseOutcome<LeaseAttrs>>;
+  /** Called once when the lease is released, before its destroy phase. */
+  releaseLease?(ctx: LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs>): Promise<void>;
+  /** Tears down what the lease used. Idempotent; retried with backoff until it succeeds. */
+  destroyLease?(ctx: LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs>): Promise<void>;
+  /** Tears the resource down. Idempotent (something already gone is success); retried with backoff until it succeeds. */
+  destroyResource?(ctx: ResourceContext<Config, ResourceAttrs>): Promise<void>;
+  /** Interfaces a lease offers through `lease.interface(name)`. */
+  interfaces?: { [name: string]: (ctx: LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs>) => unknown };
+  /** Renderers for the log types this blueprint writes with `ctx.log`. */
+  logTypes?: Record<string, (data: JsonObject) => string>;
+}
+
+export interface BlueprintLimits {
+  /** Hard cap on resources that are not destroyed, enforced atomically with slot locks. @defaultValue no cap */
+  maxResources?: number;
+  /** How many resources may be allocating at once, given how many are active. @defaultValue `max(1, ceil(0.25 × active))` */
+  allocationLimit?: (activeCount: number) => number;
+  /** Prefer growing the pool over sharing a resource that already has leases. @defaultValue false */
+  supplemental?: boolean;
+  /** An idle resource may be reclaimed for another lease after no leases for this long. @defaultValue 0 (as soon as it is idle) */
+  reclaimIdleAfter?: DurationInput;
+  /** Overrides the implementation's `idleExpiry`. */
+  idleExpiry?: DurationInput;
+}
+
+export interface BlueprintOptions<Config> {
+  /** Unique among the broker's blueprints; letters, digits, `-`, `_` and `.`. */
+  name: string;
+  config?: Config;
+  limits?: BlueprintLimits;
+  /** A disabled blueprint serves no new lease. @defaultValue true */
+  enabled?: boolean;
+}
+
+/** A configured, named instance of an implementation, ready to register with a broker. */
+export interface Blueprint<Config = unknown, ResourceAttrs extends JsonObject = JsonObject, LeaseAttrs extends JsonObject = JsonObject> {
+  readonly name: string;
+  readonly type: string;
+  readonly config: Config;
+  readonly enabled: boolean;
+  readonly limits: NormalizedLimits;
+  readonly implementation: BlueprintImplementation<Config, ResourceAttrs, LeaseAttrs>;
+}
+
+export interface NormalizedLimits {
+  maxResources: number | null;
+  allocationLimit: (activeCount: number) => number;
+  supplemental: boolean;
+  reclaimIdleAfter: Duration;
+  idleExpiry: Duration | null;
+}

@@ -1,0 +1,64 @@
+import { Duration } from 'luxon';
+import { ValidationError } from '../errors/validation-error.js';
+import type { JsonObject } from '../model/spec.js';
+import { parseDuration } from '../time.js';
+import type { Blueprint, BlueprintImplementation, BlueprintLimits, BlueprintOptions, NormalizedLimits } from './contract.js';
+
+export const BLUEPRINT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+
+export const defaultAllocationLimit = (activeCount: number) => Math.max(1, Math.ceil(0.25 * activeCount));
+
+/**
+ * Declares a blueprint implementation. Returns a factory that configures named
+ * instances: `const hosts = defineBlueprint({...}); hosts({ name: 'ci', config })`.
+ */
+export function defineBlueprint<Config = unknown, ResourceAttrs extends JsonObject = JsonObject, LeaseAttrs extends JsonObject = JsonObject>(
+  implementation: BlueprintImplementation<Config, ResourceAttrs, LeaseAttrs>,
+): (options: BlueprintOptions<Config>) => Blueprint<Config, ResourceAttrs, LeaseAttrs> {
+  if (!implementation || typeof implementation !== 'object') throw new ValidationError('implementation', 'must be an object');
+  if (typeof implementation.type !== 'string' || !implementation.type) throw new ValidationError('implementation.type', 'must be a non-empty string');
+  if (typeof implementation.allocateResource !== 'function') throw new ValidationError('implementation.allocateResource', 'must be a function');
+  return (options) => {
+    if (!options || typeof options !== 'object') throw new ValidationError('blueprint', 'options must be an object with a name');
+    if (typeof options.name !== 'string' || !BLUEPRINT_NAME.test(options.name)) {
+      throw new ValidationError('blueprint.name', `must match ${BLUEPRINT_NAME} (got ${JSON.stringify(options.name)})`);
+    }
+    let config = options.config as Config;
+    if (implementation.validateConfig) {
+      try {
+        config = implementation.validateConfig(options.config);
+      } catch (error) {
+        if (error instanceof ValidationError) throw error;
+        throw new ValidationError(`blueprint ${options.name}: config`, error instanceof Error ? error.message : String(error), { cause: error });
+      }
+    }
+    if (options.enabled !== undefined && typeof options.enabled !== 'boolean') throw new ValidationError('blueprint.enabled', 'must be a boolean');
+    const limits = normalizeLimits(options.limits, implementation, config);
+    return Object.freeze({ name: options.name, type: implementation.type, config, enabled: options.enabled ?? true, limits, implementation });
+  };
+}
+
+function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementation: BlueprintImplementation<Config, any, any>, config: Config): NormalizedLimits {
+  if (limits !== undefined && (limits === null || typeof limits !== 'object')) throw new ValidationError('limits', 'must be an object');
+  const l = limits ?? {};
+  const known = new Set(['maxResources', 'allocationLimit', 'supplemental', 'reclaimIdleAfter', 'idleExpiry']);
+  for (const key of Object.keys(l)) if (!known.has(key)) throw new ValidationError(`limits.${key}`, 'is not a known limit');
+  if (l.maxResources !== undefined && !(Number.isInteger(l.maxResources) && l.maxResources >= 1 && l.maxResources <= 100_000)) {
+    throw new ValidationError('limits.maxResources', `must be an integer from 1 to 100000 (got ${JSON.stringify(l.maxResources)})`);
+  }
+  if (l.allocationLimit !== undefined && typeof l.allocationLimit !== 'function') throw new ValidationError('limits.allocationLimit', 'must be a function (activeCount) => number');
+  if (l.supplemental !== undefined && typeof l.supplemental !== 'boolean') throw new ValidationError('limits.supplemental', 'must be a boolean');
+  const allocationLimit = l.allocationLimit ?? defaultAllocationLimit;
+  const idle = l.idleExpiry ?? (typeof implementation.idleExpiry === 'function' ? implementation.idleExpiry(config) : implementation.idleExpiry);
+  return {
+    maxResources: l.maxResources ?? null,
+    allocationLimit: (active) => {
+      const value = allocationLimit(active);
+      // A user function that returns nonsense must not disable the rate limit.
+      return Number.isFinite(value) ? Math.max(1, Math.floor(value)) : 1;
+    },
+    supplemental: l.supplemental ?? false,
+    reclaimIdleAfter: l.reclaimIdleAfter === undefined ? Duration.fromMillis(0) : parseDuration(l.reclaimIdleAfter, 'limits.reclaimIdleAfter'),
+    idleExpiry: idle === undefined ? null : parseDuration(idle, 'limits.idleExpiry'),
+  };
+}

@@ -1,0 +1,17 @@
+import { ValidationError } from '../errors/validation-error.js';
+import type { Blueprint } from './contract.js';
+
+/** Checks the broker's `blueprints` option: real blueprints, unique names. */
+export function defineBlueprintCheck(list: unknown): Map<string, Blueprint<any, any, any>> {
+  const map = new Map<string, Blueprint<any, any, any>>();
+  if (list === undefined) return map;
+  if (!Array.isArray(list)) throw new ValidationError('blueprints', 'must be an array of blueprints');
+  list.forEach((b, i) => {
+    if (!b || typeof b !== 'object' || typeof b.name !== 'string' || !b.implementation || !b.limits) {
+      throw new ValidationError(`blueprints[${i}]`, 'is not a blueprint (make one with a factory from defineBlueprint)');
+    }
+    if (map.has(b.name)) throw new ValidationError(`blueprints[${i}].name`, `two blueprints are named "${b.name}"`);
+    map.set(b.name, b);
+  });
+  return map;
+}

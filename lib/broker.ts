@@ -1,0 +1,481 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { Duration, type DateTime } from 'luxon';
+import { defineBlueprintCheck } from './blueprint/registry.js';
+import type { Blueprint } from './blueprint/contract.js';
+import { BrokerEventBus, type BrokerEvents } from './broker-events.js';
+import { systemClock, type Clock } from './clock.js';
+import { Engine } from './engine/engine.js';
+import { baseContext, leaseView, resourceView } from './engine/hooks.js';
+import { silentLogger, type Logger, type Runtime } from './engine/runtime.js';
+import { AbortError } from './errors/abort-error.js';
+import { BrokerClosedError } from './errors/broker-closed-error.js';
+import { LeaseBrokenError } from './errors/lease-broken-error.js';
+import { LeaseTimeoutError } from './errors/lease-timeout-error.js';
+import { NotFoundError } from './errors/not-found-error.js';
+import { UnknownTypeError } from './errors/unknown-type-error.js';
+import { ValidationError } from './errors/validation-error.js';
+import { renderLog, type LogEntry } from './logs/log-types.js';
+import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from './model/lease.js';
+import { normalizeSpec, type LeaseSpec, type NormalizedSpec } from './model/spec.js';
+import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATUSES, type LeaseStatus, type ResourceStatus } from './model/states.js';
+import type { Db } from './store/db.js';
+import { checkDatabaseOptions, openDatabase, type DatabaseOptions } from './store/open.js';
+import { mapLease, mapResource, Store, type LeaseRow, type Unit } from './store/store.js';
+import { fromDb, parseDuration, toDb, type DurationInput } from './time.js';
+
+export interface BrokerOptions {
+  /** @defaultValue `{ embedded: true }`: PGlite in memory */
+  database?: DatabaseOptions;
+  blueprints?: Blueprint<any, any, any>[];
+  /** Workers in this process, or `false` for a broker that only writes requests and commands. @defaultValue `{ concurrency: 4 }` */
+  workers?: { concurrency?: number } | false;
+  /** @defaultValue the system clock */
+  clock?: Clock;
+  /** A pino-compatible logger. @defaultValue silent */
+  logger?: Logger;
+  /** How long `close()` waits for hooks in flight. @defaultValue 10 seconds */
+  closeGrace?: DurationInput;
+  /** How long a claim on a work item lives without a heartbeat. @defaultValue 30 seconds */
+  claimTtl?: DurationInput;
+  /** The backstop re-read of the database for runnable work. @defaultValue 2 seconds */
+  sweepInterval?: DurationInput;
+  /** How often a waiting lease looks again even when nothing woke it (one log row, its count bumped). @defaultValue 30 seconds */
+  waitRecheck?: DurationInput;
+  /** Capped exponential backoff for failing destroy hooks and RetryLater without a delay. @defaultValue 1 second to 5 minutes */
+  backoff?: { initial?: DurationInput; max?: DurationInput };
+}
+
+export interface LeaseQuery {
+  status?: LeaseStatus | LeaseStatus[];
+  type?: string;
+  owner?: string;
+  resource?: string;
+}
+
+export interface ResourceQuery {
+  status?: ResourceStatus | ResourceStatus[];
+  type?: string;
+  blueprint?: string;
+}
+
+export interface BlueprintStats {
+  type: string;
+  resources: Record<ResourceStatus, number>;
+  /** Resources still being built (`pending`). */
+  allocating: number;
+  /** `pending` + `active`: what counts as capacity. */
+  live: number;
+  /** `released` + `broken`: on the way out, never capacity. */
+  deletionLane: number;
+  /** Deletion-lane resources whose destroy hook has been tried at least once. */
+  destroying: number;
+  /** Age in milliseconds of the oldest resource in each transitional state. */
+  oldestAgeMs: Partial<Record<'pending' | 'released' | 'broken' | 'destroying', number>>;
+}
+
+export interface TypeStats {
+  leases: Record<LeaseStatus, number>;
+  /** Pending leases: the waiting queue. */
+  waiting: number;
+  live: number;
+  deletionLane: number;
+  oldestAgeMs: Partial<Record<'pending' | 'acquired' | 'released' | 'broken', number>>;
+}
+
+export interface BrokerStats {
+  blueprints: Record<string, BlueprintStats>;
+  types: Record<string, TypeStats>;
+}
+
+export interface Broker extends AsyncDisposable {
+  readonly clock: Clock;
+  /** Requests a lease and resolves once it is active. */
+  acquire<A extends import('./model/spec.js').JsonObject = any>(spec: LeaseSpec<A>): Promise<Lease>;
+  /** Requests a lease and returns its handle as soon as the request is recorded. */
+  requestLease(spec: LeaseSpec): Promise<LeaseHandle>;
+  /** Writes a release command for a lease. */
+  release(leaseId: string, options?: { reason?: string; author?: string }): Promise<void>;
+  /** Writes a release command for a resource; its leases are released first. */
+  releaseResource(resourceId: string, options?: { reason?: string; author?: string }): Promise<void>;
+  /** Writes a reclaim command: an idle active resource is released, a leased one is left alone. */
+  reclaimResource(resourceId: string, options?: { author?: string }): Promise<void>;
+  /** Writes a break command: the resource breaks, its active leases break with the reason. */
+  breakResource(resourceId: string, reason: string, options?: { author?: string }): Promise<void>;
+  readonly leases: { get(id: string): Promise<LeaseRecord | null>; list(query?: LeaseQuery): Promise<LeaseRecord[]> };
+  readonly resources: { get(id: string): Promise<ResourceRecord | null>; list(query?: ResourceQuery): Promise<ResourceRecord[]> };
+  logs(filter?: { lease?: string; resource?: string; blueprint?: string; type?: string }): Promise<LogEntry[]>;
+  on<E extends keyof BrokerEvents>(event: E, listener: (payload: BrokerEvents[E]) => void): () => void;
+  stats(): Promise<BrokerStats>;
+  /** Stops claiming work, waits up to the grace period for hooks in flight, and keeps all state. Releases nothing. */
+  close(options?: { grace?: DurationInput }): Promise<void>;
+}
+
+/** Internals reachable by `slipway/testing` and the tests, not by the public API. */
+export const internals = new WeakMap<Broker, { engine: Engine | null; db: Db; runtime: Runtime }>();
+
+function optionalDuration(value: DurationInput | undefined, field: string, fallback: Duration): Duration {
+  return value === undefined ? fallback : parseDuration(value, field);
+}
+
+export async function createBroker(options: BrokerOptions = {}): Promise<Broker> {
+  if (options === null || typeof options !== 'object') throw new ValidationError('options', 'must be an object');
+  const database = checkDatabaseOptions(options.database);
+  const blueprints = defineBlueprintCheck(options.blueprints);
+  if (options.workers !== undefined && options.workers !== false) {
+    const c = options.workers?.concurrency;
+    if (typeof options.workers !== 'object' || (c !== undefined && !(Number.isInteger(c) && c >= 1 && c <= 256))) {
+      throw new ValidationError('workers.concurrency', 'must be an integer from 1 to 256');
+    }
+  }
+  const clock = options.clock ?? systemClock;
+  if (typeof clock?.now !== 'function' || typeof clock?.schedule !== 'function') throw new ValidationError('clock', 'must have now() and schedule()');
+  const logger = options.logger ?? silentLogger;
+  const closeGrace = optionalDuration(options.closeGrace, 'closeGrace', Duration.fromObject({ seconds: 10 }));
+  const claimTtl = optionalDuration(options.claimTtl, 'claimTtl', Duration.fromObject({ seconds: 30 }));
+  const sweepInterval = optionalDuration(options.sweepInterval, 'sweepInterval', Duration.fromObject({ seconds: 2 }));
+  const waitRecheck = optionalDuration(options.waitRecheck, 'waitRecheck', Duration.fromObject({ seconds: 30 }));
+  const backoff = {
+    initial: optionalDuration(options.backoff?.initial, 'backoff.initial', Duration.fromObject({ seconds: 1 })),
+    max: optionalDuration(options.backoff?.max, 'backoff.max', Duration.fromObject({ minutes: 5 })),
+  };
+  if (sweepInterval.toMillis() < 10) throw new ValidationError('sweepInterval', 'must be at least 10 ms');
+  if (claimTtl.toMillis() < 100) throw new ValidationError('claimTtl', 'must be at least 100 ms');
+
+  const db = await openDatabase(database);
+  const events = new BrokerEventBus();
+  const abort = new AbortController();
+  let engine: Engine | null = null;
+  let closed = false;
+
+  const renderers = (blueprint: string | null) => (blueprint ? blueprints.get(blueprint)?.implementation.logTypes : undefined);
+  const toLogEntry = (r: Record<string, any>): LogEntry => ({
+    id: Number(r.id),
+    type: r.type,
+    at: fromDb(r.at)!,
+    lastAt: fromDb(r.last_at)!,
+    count: Number(r.count),
+    blueprint: r.blueprint ?? null,
+    resource: r.resource_id ?? null,
+    lease: r.lease_id ?? null,
+    data: r.data ?? {},
+    message: renderLog(r.type, r.data ?? {}, renderers(r.blueprint ?? null)),
+  });
+
+  const afterCommit = (unit: Unit) => {
+    for (const e of unit.events) events.emit(e.kind, { id: e.id, from: e.from as any, to: e.to as any });
+    for (const l of unit.logs) events.emit('log', toLogEntry(l));
+    if (unit.woke) engine?.poke();
+  };
+  const store = new Store(db, clock, afterCommit);
+  const workerId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+
+  const runtime: Runtime = {
+    store,
+    clock,
+    logger,
+    workerId,
+    blueprints,
+    signal: abort.signal,
+    waitRecheck,
+    backoff,
+    createLease: (spec, extra) => insertLease(spec, extra),
+    leaseObject: (row) => leaseObject(row),
+  };
+
+  if (db.embedded) {
+    // A PGlite database has one owner at a time: claims left by an earlier broker on this dataDir are dead.
+    await db.execute(store.sql.releaseAllClaims);
+  }
+
+  function checkSpecAgainstRegistry(spec: NormalizedSpec) {
+    if (blueprints.size === 0) return;
+    const ofType = [...blueprints.values()].filter((b) => b.type === spec.type);
+    if (ofType.length === 0) throw new UnknownTypeError(spec.type, [...new Set([...blueprints.values()].map((b) => b.type))]);
+    for (const name of spec.blueprints ?? []) {
+      const b = blueprints.get(name);
+      if (!b) throw new ValidationError('spec.blueprints', `unknown blueprint "${name}" (known: ${[...blueprints.keys()].join(', ')})`);
+      if (b.type !== spec.type) throw new ValidationError('spec.blueprints', `blueprint "${name}" serves type "${b.type}", not "${spec.type}"`);
+    }
+  }
+
+  async function insertLease(spec: NormalizedSpec, extra: { parentResourceId?: string; childKey?: string } = {}): Promise<LeaseRow> {
+    if (closed) throw new BrokerClosedError();
+    checkSpecAgainstRegistry(spec);
+    const id = store.newId('lease');
+    return store.unit(async (u) => {
+      const expiresAt = spec.ttl ? u.now.plus(spec.ttl) : spec.until;
+      const deadlineAt = spec.timeout ? u.now.plus(spec.timeout) : null;
+      const rows = await u.sql.query(
+        `INSERT INTO ${store.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key, created_at, status_changed_at)
+         VALUES ($1, $2, 'pending', $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11, $11) RETURNING *`,
+        [id, spec.type, JSON.stringify(spec.attributes), spec.blueprints, spec.owner, spec.priority, toDb(expiresAt), toDb(deadlineAt), extra.parentResourceId ?? null, extra.childKey ?? null, toDb(u.now)],
+      );
+      const row = mapLease(rows[0]);
+      await store.ensureWork(u, 'lease', id, u.now, spec.priority, row.seq);
+      await store.log(u, { type: 'lease.queued', data: { type: spec.type, owner: spec.owner, priority: spec.priority }, lease: id });
+      u.events.push({ kind: 'lease', id, from: null, to: 'pending' });
+      return row;
+    });
+  }
+
+  async function leaseObject(row: LeaseRow): Promise<Lease> {
+    const resource = row.resourceId ? await store.resource(row.resourceId) : null;
+    if (!resource) throw new LeaseBrokenError(row.id, 'lease has no resource');
+    const blueprint = blueprints.get(resource.blueprint);
+    const leaseCount = await store.liveLeaseCount(resource.id);
+    const lease: Lease = {
+      id: row.id,
+      type: row.type,
+      status: row.status,
+      attributes: row.attributes,
+      owner: row.owner,
+      expiresAt: row.expiresAt,
+      resource: { id: resource.id, type: resource.type, blueprint: resource.blueprint, attributes: resource.attributes },
+      interface(name: string): any {
+        const factory = blueprint?.implementation.interfaces?.[name];
+        if (!factory) {
+          const offered = Object.keys(blueprint?.implementation.interfaces ?? {});
+          throw new ValidationError('interface', `blueprint ${resource.blueprint} offers no "${name}" interface (it offers: ${offered.join(', ') || 'none'})`);
+        }
+        return factory({ ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false), lease: leaseView(row), resource: resourceView(resource, leaseCount) });
+      },
+      release: (opts) => releaseAndWait(row.id, opts),
+      [Symbol.asyncDispose]: () => releaseAndWait(row.id),
+    };
+    return lease;
+  }
+
+  async function writeCommand(kind: 'lease' | 'resource', id: string, command: 'release' | 'reclaim' | 'break', data: Record<string, string>, author: string | null) {
+    if (closed) throw new BrokerClosedError();
+    if (typeof id !== 'string' || !id) throw new ValidationError(kind === 'lease' ? 'leaseId' : 'resourceId', 'must be a non-empty string');
+    await store.unit(async (u) => {
+      const table = kind === 'lease' ? 'leases' : 'resources';
+      const rows = await u.sql.query(`SELECT status FROM ${store.s}.${table} WHERE id = $1`, [id]);
+      if (!rows[0]) throw new NotFoundError(kind, id);
+      if (rows[0].status === 'destroyed') return;
+      await store.command(u, kind, id, command, data, author);
+    });
+  }
+
+  /** Waits, on events and a slow re-read (other processes), until `done` says the lease reached an end. */
+  function watchLease<T>(id: string, decide: (row: LeaseRow) => { value: T } | { error: Error } | null, opts: { timeout?: Duration; signal?: AbortSignal; onTimeout?: () => Error; onAbort?: () => Error } = {}): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      let finished = false;
+      let checking = false;
+      let again = false;
+      const cleanups: Array<() => void> = [];
+      const finish = (fn: () => void) => {
+        if (finished) return;
+        finished = true;
+        for (const c of cleanups) c();
+        fn();
+      };
+      const check = async () => {
+        if (finished) return;
+        if (checking) return void (again = true);
+        checking = true;
+        try {
+          const row = await store.lease(id);
+          const verdict = row ? decide(row) : { error: new NotFoundError('lease', id) };
+          if (verdict && 'value' in verdict) finish(() => resolve(verdict.value));
+          else if (verdict) finish(() => reject(verdict.error));
+        } catch (error) {
+          if (closed) finish(() => reject(new BrokerClosedError()));
+        } finally {
+          checking = false;
+          if (again) {
+            again = false;
+            void check();
+          }
+        }
+      };
+      cleanups.push(events.on('lease', (e) => e.id === id && void check()));
+      const poll = setInterval(() => void check(), Math.max(50, sweepInterval.toMillis()));
+      poll.unref();
+      cleanups.push(() => clearInterval(poll));
+      if (opts.timeout) {
+        const cancel = clock.schedule(clock.now().plus(opts.timeout), () => finish(() => reject(opts.onTimeout!())));
+        cleanups.push(cancel);
+      }
+      if (opts.signal) {
+        const onAbort = () => finish(() => reject(opts.onAbort!()));
+        if (opts.signal.aborted) return onAbort();
+        opts.signal.addEventListener('abort', onAbort, { once: true });
+        cleanups.push(() => opts.signal!.removeEventListener('abort', onAbort));
+      }
+      void check();
+    });
+  }
+
+  async function whenActive(id: string, opts: { timeout?: DurationInput; signal?: AbortSignal } = {}): Promise<Lease> {
+    const timeout = opts.timeout === undefined ? undefined : parseDuration(opts.timeout, 'timeout');
+    const giveUp = () => void writeCommand('lease', id, 'release', { reason: 'not active in time' }, 'acquire').catch(() => undefined);
+    const row = await watchLease<LeaseRow>(
+      id,
+      (l) => {
+        if (l.status === 'active') return { value: l };
+        if (l.status === 'broken' || (l.status === 'destroyed' && l.brokenReason)) return { error: new LeaseBrokenError(id, l.brokenReason ?? 'broken', { cause: l.brokenReason }) };
+        if (l.status === 'released' || l.status === 'destroyed') return { error: new LeaseBrokenError(id, 'it was released before it became active') };
+        return null;
+      },
+      {
+        timeout,
+        signal: opts.signal,
+        onTimeout: () => (giveUp(), new LeaseTimeoutError(id, timeout!.toHuman() || timeout!.toISO()!)),
+        onAbort: () => (giveUp(), new AbortError(`lease ${id}: aborted before it became active`, { cause: opts.signal?.reason })),
+      },
+    );
+    return leaseObject(row);
+  }
+
+  async function releaseAndWait(id: string, opts: { wait?: boolean } = {}): Promise<void> {
+    await writeCommand('lease', id, 'release', { reason: 'released by its holder' }, 'holder');
+    if (opts.wait === false) return;
+    await watchLease(id, (l) => (l.status === 'destroyed' ? { value: undefined } : null));
+  }
+
+  async function requestLease(spec: LeaseSpec): Promise<LeaseHandle> {
+    const normalized = normalizeSpec(spec);
+    const row = await insertLease(normalized);
+    return {
+      id: row.id,
+      whenActive: (opts = {}) => whenActive(row.id, { timeout: opts.timeout ?? (normalized.timeout ?? undefined), signal: opts.signal ?? normalized.signal }),
+      status: async () => (await store.lease(row.id))!.status,
+      release: (opts) => releaseAndWait(row.id, opts),
+      [Symbol.asyncDispose]: () => releaseAndWait(row.id),
+    };
+  }
+
+  const statusFilter = (value: string | string[] | undefined, known: readonly string[], field: string) => {
+    if (value === undefined) return null;
+    const list = Array.isArray(value) ? value : [value];
+    for (const s of list) if (!known.includes(s)) throw new ValidationError(field, `unknown status "${s}" (one of ${known.join(', ')})`);
+    return list;
+  };
+
+  const publicLease = (r: LeaseRow): LeaseRecord => ({
+    id: r.id, type: r.type, status: r.status, attributes: r.attributes, owner: r.owner, priority: r.priority, resourceId: r.resourceId,
+    parentResourceId: r.parentResourceId, expiresAt: r.expiresAt, createdAt: r.createdAt, statusChangedAt: r.statusChangedAt, brokenReason: r.brokenReason,
+  });
+  const publicResource = (r: ReturnType<typeof mapResource>): ResourceRecord => ({
+    id: r.id, type: r.type, blueprint: r.blueprint, status: r.status, attributes: r.attributes, createdAt: r.createdAt, statusChangedAt: r.statusChangedAt, brokenReason: r.brokenReason,
+  });
+
+  const broker: Broker = {
+    clock,
+    async acquire(spec) {
+      const handle = await requestLease(spec);
+      const normalized = normalizeSpec(spec);
+      return handle.whenActive({ timeout: normalized.timeout ?? undefined, signal: normalized.signal });
+    },
+    requestLease,
+    release: (id, o = {}) => writeCommand('lease', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null),
+    releaseResource: (id, o = {}) => writeCommand('resource', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null),
+    reclaimResource: (id, o = {}) => writeCommand('resource', id, 'reclaim', {}, o.author ?? null),
+    breakResource: (id, reason, o = {}) => writeCommand('resource', id, 'break', { reason: String(reason) }, o.author ?? null),
+    leases: {
+      async get(id) {
+        const row = await store.lease(id);
+        return row ? publicLease(row) : null;
+      },
+      async list(q = {}) {
+        const statuses = statusFilter(q.status, LEASE_STATUSES, 'status');
+        const rows = await db.query(
+          `SELECT * FROM ${store.s}.leases WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR type = $2)
+             AND ($3::text IS NULL OR owner = $3) AND ($4::text IS NULL OR resource_id = $4) ORDER BY seq`,
+          [statuses, q.type ?? null, q.owner ?? null, q.resource ?? null],
+        );
+        return rows.map((r) => publicLease(mapLease(r)));
+      },
+    },
+    resources: {
+      async get(id) {
+        const row = await store.resource(id);
+        return row ? publicResource(row) : null;
+      },
+      async list(q = {}) {
+        const statuses = statusFilter(q.status, RESOURCE_STATUSES, 'status');
+        const rows = await db.query(
+          `SELECT * FROM ${store.s}.resources WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR type = $2)
+             AND ($3::text IS NULL OR blueprint = $3) ORDER BY created_at, id`,
+          [statuses, q.type ?? null, q.blueprint ?? null],
+        );
+        return rows.map((r) => publicResource(mapResource(r)));
+      },
+    },
+    async logs(filter = {}) {
+      const rows = await db.query(
+        `SELECT * FROM ${store.s}.logs WHERE ($1::text IS NULL OR lease_id = $1) AND ($2::text IS NULL OR resource_id = $2)
+           AND ($3::text IS NULL OR blueprint = $3) AND ($4::text IS NULL OR type = $4) ORDER BY id`,
+        [filter.lease ?? null, filter.resource ?? null, filter.blueprint ?? null, filter.type ?? null],
+      );
+      return rows.map(toLogEntry);
+    },
+    on: (event, listener) => events.on(event, listener),
+    stats: () => computeStats(store, clock.now(), blueprints),
+    async close(o = {}) {
+      if (closed) return;
+      closed = true;
+      const grace = o.grace === undefined ? closeGrace : parseDuration(o.grace, 'grace');
+      if (engine) await engine.stop(grace);
+      abort.abort(new BrokerClosedError());
+      await db.execute(store.sql.releaseClaims, [workerId]).catch(() => undefined);
+      await db.close();
+    },
+    [Symbol.asyncDispose]: () => broker.close(),
+  };
+
+  if (options.workers !== false) {
+    engine = new Engine(runtime, { concurrency: options.workers?.concurrency ?? 4, claimTtl, sweepInterval });
+    engine.start();
+  }
+  internals.set(broker, { engine, db, runtime });
+  return broker;
+}
+
+async function computeStats(store: Store, now: DateTime, blueprints: Map<string, Blueprint<any, any, any>>): Promise<BrokerStats> {
+  const zero = <S extends string>(list: readonly S[]) => Object.fromEntries(list.map((s) => [s, 0])) as Record<S, number>;
+  const result: BrokerStats = { blueprints: {}, types: {} };
+  for (const b of blueprints.values()) {
+    result.blueprints[b.name] = { type: b.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {} };
+    result.types[b.type] ??= { leases: zero(LEASE_STATUSES), waiting: 0, live: 0, deletionLane: 0, oldestAgeMs: {} };
+  }
+  const age = (at: Date | string | null) => (at ? Math.max(0, now.toMillis() - fromDb(at)!.toMillis()) : undefined);
+  const resources = await store.db.query(
+    `SELECT blueprint, type, status, (phase = 'destroy') AS destroying, count(*)::int AS n, min(status_changed_at) AS oldest
+     FROM ${store.s}.resources GROUP BY blueprint, type, status, (phase = 'destroy')`,
+  );
+  for (const r of resources) {
+    const s = (result.blueprints[r.blueprint] ??= { type: r.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {} });
+    const status = r.status as ResourceStatus;
+    s.resources[status] += Number(r.n);
+    if (status === 'pending') s.allocating += Number(r.n);
+    if (RESOURCE_STATE_FLAGS[status].live) s.live += Number(r.n);
+    if (RESOURCE_STATE_FLAGS[status].deletionLane) s.deletionLane += Number(r.n);
+    const keys: Array<keyof BlueprintStats['oldestAgeMs']> = [];
+    if (status !== 'active' && status !== 'destroyed') keys.push(status);
+    if (r.destroying && RESOURCE_STATE_FLAGS[status].deletionLane) {
+      s.destroying += Number(r.n);
+      keys.push('destroying');
+    }
+    for (const key of keys) {
+      const a = age(r.oldest);
+      if (a !== undefined) s.oldestAgeMs[key] = Math.max(s.oldestAgeMs[key] ?? 0, a);
+    }
+  }
+  const leases = await store.db.query(`SELECT type, status, count(*)::int AS n, min(status_changed_at) AS oldest FROM ${store.s}.leases GROUP BY type, status`);
+  for (const l of leases) {
+    const s = (result.types[l.type] ??= { leases: zero(LEASE_STATUSES), waiting: 0, live: 0, deletionLane: 0, oldestAgeMs: {} });
+    const status = l.status as LeaseStatus;
+    s.leases[status] += Number(l.n);
+    if (status === 'pending') s.waiting += Number(l.n);
+    if (LEASE_STATE_FLAGS[status].live) s.live += Number(l.n);
+    if (LEASE_STATE_FLAGS[status].deletionLane) s.deletionLane += Number(l.n);
+    if (status === 'pending' || status === 'acquired' || status === 'released' || status === 'broken') {
+      const a = age(l.oldest);
+      if (a !== undefined) s.oldestAgeMs[status] = a;
+    }
+  }
+  return result;
+}

@@ -1,0 +1,211 @@
+import PQueue from 'p-queue';
+import { Duration } from 'luxon';
+import type { ObjectKind } from '../model/states.js';
+import { fromDb, toDb } from '../time.js';
+import { processLease } from './lease-worker.js';
+import { processResource } from './resource-worker.js';
+import type { Outcome, Runtime } from './runtime.js';
+
+export interface EngineOptions {
+  concurrency: number;
+  /** How long a claim lives without a heartbeat. */
+  claimTtl: Duration;
+  /** The backstop: how often the database is re-read for runnable work even when no hint arrived. */
+  sweepInterval: Duration;
+}
+
+interface ClaimedItem {
+  kind: ObjectKind;
+  id: string;
+  wakeCount: number;
+  chained: boolean;
+  attempts: number;
+}
+
+/**
+ * The workers of one broker. Claims due work items (SKIP LOCKED), runs each on a
+ * p-queue slot, and records what the pass decided. In-process pokes, clock timers for
+ * scheduled work, and a periodic sweep are all only wake-ups: the work itself is rows.
+ */
+export class Engine {
+  private readonly queue: PQueue;
+  private readonly inflight = new Map<string, ClaimedItem>();
+  private polling = false;
+  private pollAgain = false;
+  private stopped = false;
+  private sweepTimer: NodeJS.Timeout | undefined;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private cancelScheduled: (() => void) | undefined;
+  private scheduledAt: number | undefined;
+  private idleWaiters: Array<() => void> = [];
+  readonly errors: unknown[] = [];
+
+  constructor(
+    private readonly rt: Runtime,
+    private readonly options: EngineOptions,
+  ) {
+    this.queue = new PQueue({ concurrency: options.concurrency });
+  }
+
+  start() {
+    this.sweepTimer = setInterval(() => this.poke(), this.options.sweepInterval.toMillis());
+    this.sweepTimer.unref();
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), Math.max(50, this.options.claimTtl.toMillis() / 3));
+    this.heartbeatTimer.unref();
+    this.poke();
+  }
+
+  /** Look for work now. Cheap and idempotent: many pokes while a poll runs cause one more poll. */
+  poke() {
+    if (this.stopped) return;
+    if (this.polling) {
+      this.pollAgain = true;
+      return;
+    }
+    this.polling = true;
+    void this.poll().finally(() => {
+      this.polling = false;
+      if (this.pollAgain && !this.stopped) {
+        this.pollAgain = false;
+        this.poke();
+      } else {
+        this.notifyIdle();
+      }
+    });
+  }
+
+  private async poll() {
+    try {
+      const free = this.options.concurrency - this.inflight.size;
+      if (free <= 0) return;
+      const { store, clock, workerId } = this.rt;
+      const now = clock.now();
+      const rows = await store.db.query(store.sql.claim, [
+        toDb(now),
+        free,
+        workerId,
+        [...this.inflight.keys()],
+        toDb(now.plus(this.options.claimTtl)),
+      ]);
+      for (const row of rows) {
+        const item: ClaimedItem = { kind: row.object_kind, id: row.object_id, wakeCount: Number(row.wake_count), chained: Boolean(row.chained), attempts: Number(row.attempts) };
+        this.inflight.set(`${item.kind}:${item.id}`, item);
+        void this.queue.add(() => this.run(item));
+      }
+      if (rows.length === 0) await this.scheduleNext();
+    } catch (error) {
+      if (!this.stopped) {
+        this.errors.push(error);
+        this.rt.logger.error({ err: error }, 'slipway: claiming work failed; the sweep will retry');
+      }
+    }
+  }
+
+  /** Arms one clock timer for the earliest scheduled work item, so expiry and backoff run at their time. */
+  private async scheduleNext() {
+    const { store, clock } = this.rt;
+    const rows = await store.db.query(store.sql.nextDue, [toDb(clock.now())]);
+    const next = fromDb(rows[0]?.at);
+    if (!next || this.stopped) return;
+    if (this.scheduledAt !== undefined && this.scheduledAt <= next.toMillis()) return;
+    this.cancelScheduled?.();
+    this.scheduledAt = next.toMillis();
+    this.cancelScheduled = clock.schedule(next, () => {
+      this.scheduledAt = undefined;
+      this.cancelScheduled = undefined;
+      this.poke();
+    });
+  }
+
+  private async run(item: ClaimedItem) {
+    const key = `${item.kind}:${item.id}`;
+    const { store, clock, workerId } = this.rt;
+    try {
+      let outcome: Outcome;
+      try {
+        outcome =
+          item.kind === 'lease'
+            ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts })
+            : await processResource(this.rt, { id: item.id, attempts: item.attempts });
+      } catch (error) {
+        if (this.stopped) return;
+        // A failure of the library's own writes (a refused CAS, a lost connection): retry with backoff.
+        this.errors.push(error);
+        this.rt.logger.warn({ err: error, object: key }, 'slipway: a worker pass failed; it will be retried');
+        const attempts = item.attempts + 1;
+        outcome = { next: 'at', at: clock.now().plus({ milliseconds: Math.min(30_000, 100 * 2 ** attempts) }), attempts };
+      }
+      if (this.stopped) return;
+      if (outcome.next === 'delete') {
+        await store.db.execute(`${store.sql.deleteWork} AND claimed_by = $3 AND wake_count = $4`, [item.kind, item.id, workerId, item.wakeCount]);
+      }
+      // A wake during the pass kept the item due (see `finish`); otherwise park or schedule.
+      const runAt = outcome.next === 'at' ? outcome.at : null;
+      await store.db.execute(store.sql.finish, [item.kind, item.id, workerId, item.wakeCount, toDb(clock.now()), toDb(runAt), outcome.next === 'at' ? (outcome.attempts ?? 0) : 0]);
+    } catch (error) {
+      if (!this.stopped) {
+        this.errors.push(error);
+        this.rt.logger.error({ err: error, object: key }, 'slipway: recording a work item failed; its claim will expire and be retried');
+      }
+    } finally {
+      this.inflight.delete(key);
+      this.poke();
+    }
+  }
+
+  private async heartbeat() {
+    if (this.inflight.size === 0 || this.stopped) return;
+    const { store, clock, workerId } = this.rt;
+    try {
+      await store.db.execute(store.sql.heartbeat, [[...this.inflight.keys()], workerId, toDb(clock.now().plus(this.options.claimTtl))]);
+    } catch (error) {
+      this.rt.logger.warn({ err: error }, 'slipway: heartbeat failed');
+    }
+  }
+
+  get busy(): boolean {
+    return this.polling || this.inflight.size > 0;
+  }
+
+  private notifyIdle() {
+    if (this.busy) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  /** Resolves when no work is due now and none is running (work scheduled later does not count). */
+  async runUntilIdle(): Promise<void> {
+    for (let round = 0; round < 10_000; round++) {
+      if (this.stopped) throw new Error('runUntilIdle: the broker is closed');
+      this.poke();
+      await new Promise<void>((resolve) => {
+        this.idleWaiters.push(resolve);
+        this.notifyIdle();
+      });
+      const { store, clock } = this.rt;
+      const due = await store.db.query(`SELECT 1 FROM ${store.s}.work_items WHERE run_at IS NOT NULL AND run_at <= $1 LIMIT 1`, [toDb(clock.now())]);
+      if (due.length === 0 && !this.busy) return;
+    }
+    throw new Error('runUntilIdle: work kept becoming due (10000 rounds)');
+  }
+
+  /** Stops claiming; waits up to `grace` for passes in flight; leaves every row as it is. */
+  async stop(grace: Duration): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.sweepTimer);
+    clearInterval(this.heartbeatTimer);
+    this.cancelScheduled?.();
+    const idle = this.queue.onIdle();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), grace.toMillis())));
+    const result = await Promise.race([idle.then(() => 'idle' as const), timedOut]);
+    clearTimeout(timer);
+    this.queue.clear();
+    if (result === 'timeout') this.rt.logger.warn({ inflight: [...this.inflight.keys()] }, 'slipway: closing with hooks still in flight; they will be resumed');
+  }
+
+  inflightKeys(): string[] {
+    return [...this.inflight.keys()];
+  }
+}

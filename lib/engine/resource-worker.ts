@@ -1,0 +1,167 @@
+import type { Blueprint } from '../blueprint/contract.js';
+import { LeaseBrokenError } from '../errors/lease-broken-error.js';
+import { normalizeSpec, type LeaseSpec } from '../model/spec.js';
+import { mapLease, type ResourceRow } from '../store/store.js';
+import { breakResource, consumeCommands } from './commands.js';
+import { baseContext, callHook, errorCode, leaseView, resourceView, WaitingForChild } from './hooks.js';
+import { at, backoffDelay, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
+
+export interface ResourceClaim {
+  id: string;
+  attempts: number;
+}
+
+const MAX_STEPS = 12;
+
+/**
+ * The single writer of one resource: consumes its commands, allocates and activates
+ * it, watches its idle expiry, and destroys it once its leases are gone.
+ */
+export async function processResource(rt: Runtime, claim: ResourceClaim): Promise<Outcome> {
+  const { store } = rt;
+  for (let step = 0; step < MAX_STEPS; step++) {
+    const resource = await store.resource(claim.id);
+    if (!resource) return DELETE;
+    if (await consumeCommands(rt, 'resource', resource.id)) continue;
+    const blueprint = rt.blueprints.get(resource.blueprint);
+    if (!blueprint) return at(rt.clock.now().plus(rt.waitRecheck), claim.attempts);
+    switch (resource.status) {
+      case 'pending': {
+        const result = await build(rt, resource, blueprint, claim);
+        if (result === 'progress') continue;
+        return result;
+      }
+      case 'active':
+        return watchIdle(rt, resource, blueprint);
+      case 'released':
+      case 'broken': {
+        if ((await store.liveLeaseCount(resource.id)) > 0) return PARK;
+        return destroy(rt, resource, blueprint, claim);
+      }
+      case 'destroyed':
+        return DELETE;
+    }
+  }
+  return at(rt.clock.now());
+}
+
+/** allocateResource, then activateResource; each with its intent recorded first, so a crash in between is resumed. */
+async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>, claim: ResourceClaim): Promise<'progress' | Outcome> {
+  const { store } = rt;
+  const phase = resource.allocated ? 'activate' : 'allocate';
+  const hook = phase === 'allocate' ? 'allocateResource' : 'activateResource';
+  const resume = resource.phase === phase;
+  await store.unit(async (u) => {
+    await store.update(u, 'resource', resource.id, 'pending', { phase, phase_attempts: resource.phaseAttempts + 1 });
+    if (resume) await store.log(u, { type: 'resource.resume', data: { phase: hook, attempt: resource.phaseAttempts + 1 }, resource: resource.id, blueprint: blueprint.name });
+  });
+  const slots: string[] = [];
+  const driver = resource.reservedFor ? await store.lease(resource.reservedFor) : null;
+  let children = 0;
+  const ctx = {
+    ...baseContext(rt, blueprint, { resource: resource.id }, resume),
+    resource: resourceView(resource, 0),
+    lease: driver && driver.status === 'pending' ? leaseView(driver) : null,
+    lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
+    acquireLease: (spec: LeaseSpec, options?: { key?: string }) => childLease(rt, resource, spec, options?.key ?? `child-${children++}`),
+  };
+  const result = await callHook<{ attributes?: object } | undefined>(rt, blueprint, hook, ctx, undefined, claim.attempts + 1);
+  if (!result.ok) {
+    if (result.kind === 'child') return PARK;
+    if (result.kind === 'retry') {
+      await store.unit((u) => store.log(u, { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: result.at.toISO()! }, resource: resource.id, blueprint: blueprint.name }));
+      return at(result.at, claim.attempts + 1);
+    }
+    await store.unit(async (u) => {
+      await store.log(u, { type: 'hook.failure', data: { hook, error: result.error.message, code: errorCode(result.error), retry: false }, resource: resource.id, blueprint: blueprint.name });
+      const current = await store.resource(resource.id, u.sql);
+      if (current?.status === 'pending') await breakResource(rt, u, current, result.error.message);
+    });
+    return 'progress';
+  }
+  const attributes = { ...resource.attributes, ...(result.value?.attributes ?? {}) };
+  await store.unit(async (u) => {
+    await store.lockSlots(u, 'resource', resource.id, slots);
+    if (phase === 'allocate') {
+      await store.update(u, 'resource', resource.id, 'pending', { attributes, allocated: true, phase: null, phase_attempts: 0 });
+      await store.log(u, { type: 'resource.allocated', data: {}, resource: resource.id, blueprint: blueprint.name });
+      return;
+    }
+    await store.casResource(u, resource.id, 'pending', 'active', { attributes, phase: null, phase_attempts: 0, idle_since: u.now });
+    await store.log(u, { type: 'resource.activated', data: {}, resource: resource.id, blueprint: blueprint.name });
+    if (resource.reservedFor) await store.wake(u, 'lease', [resource.reservedFor]);
+    // One more active resource may raise the allocation limit, or serve a waiter directly.
+    await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
+  });
+  return 'progress';
+}
+
+/** A child lease owned by this resource: found again by key on a repeated call, awaited by suspending the hook. */
+async function childLease(rt: Runtime, resource: ResourceRow, spec: LeaseSpec, key: string) {
+  const { store } = rt;
+  const rows = await store.db.query(
+    `SELECT * FROM ${store.s}.leases WHERE parent_resource_id = $1 AND child_key = $2 ORDER BY seq DESC LIMIT 1`,
+    [resource.id, key],
+  );
+  let child = rows[0] ? mapLease(rows[0]) : null;
+  if (!child) child = await rt.createLease(normalizeSpec({ owner: `resource:${resource.id}`, ...spec }), { parentResourceId: resource.id, childKey: key });
+  if (child.status === 'active') return rt.leaseObject(child);
+  if (child.status === 'pending' || child.status === 'acquired') throw new WaitingForChild(child.id);
+  throw new LeaseBrokenError(child.id, child.brokenReason ?? `child lease is ${child.status}`);
+}
+
+/** An active resource with no leases releases itself once its blueprint's idle expiry has passed. */
+async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>): Promise<Outcome> {
+  const { store } = rt;
+  const leases = await store.liveLeaseCount(resource.id);
+  const now = rt.clock.now();
+  if (leases > 0) {
+    if (resource.idleSince) await store.unit((u) => store.update(u, 'resource', resource.id, 'active', { idle_since: null }));
+    return PARK;
+  }
+  let idleSince = resource.idleSince;
+  if (!idleSince) {
+    idleSince = now;
+    await store.unit((u) => store.update(u, 'resource', resource.id, 'active', { idle_since: now }));
+  }
+  const idle = blueprint.limits.idleExpiry;
+  if (!idle) return PARK;
+  const expiry = idleSince.plus(idle);
+  if (expiry > now) return at(expiry);
+  await store.unit(async (u) => {
+    await store.casResource(u, resource.id, 'active', 'released');
+    await store.log(u, { type: 'resource.released', data: { reason: `idle for ${idle.toISO()}`, author: null }, resource: resource.id, blueprint: blueprint.name });
+  });
+  return at(now);
+}
+
+/** destroyResource until it succeeds, with capped backoff; then destroyed, slot locks freed, child leases released. */
+async function destroy(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>, claim: ResourceClaim): Promise<Outcome> {
+  const { store } = rt;
+  const resume = resource.phase === 'destroy';
+  await store.unit((u) => store.update(u, 'resource', resource.id, resource.status, { phase: 'destroy', phase_attempts: resource.phaseAttempts + 1 }));
+  const attempt = claim.attempts + 1;
+  const ctx = { ...baseContext(rt, blueprint, { resource: resource.id }, resume), resource: resourceView(resource, 0) };
+  const result = await callHook(rt, blueprint, 'destroyResource', ctx, undefined, attempt);
+  if (!result.ok) {
+    const retryAt = result.kind === 'retry' ? result.at : rt.clock.now().plus(backoffDelay(rt, attempt));
+    const error = result.kind === 'failed' ? result.error.message : result.kind === 'retry' ? result.reason : 'waiting';
+    await store.unit((u) =>
+      store.log(u, { type: 'hook.failure', data: { hook: 'destroyResource', error, code: result.kind === 'failed' ? errorCode(result.error) : null, retry: true, attempt, retryAt: retryAt.toISO() }, resource: resource.id, blueprint: blueprint.name }),
+    );
+    return at(retryAt, attempt);
+  }
+  await store.unit(async (u) => {
+    await store.casResource(u, resource.id, resource.status, 'destroyed', { phase: null, phase_attempts: 0 });
+    await store.releaseSlots(u, 'resource', resource.id);
+    await store.log(u, { type: 'resource.destroyed', data: {}, resource: resource.id, blueprint: blueprint.name });
+    const children = await u.sql.query(
+      `SELECT id FROM ${store.s}.leases WHERE parent_resource_id = $1 AND status IN ('pending', 'acquired', 'active')`,
+      [resource.id],
+    );
+    for (const child of children) await store.command(u, 'lease', child.id, 'release', { reason: `owner ${resource.id} was destroyed` }, `resource:${resource.id}`);
+    if (resource.reservedFor) await store.wake(u, 'lease', [resource.reservedFor]);
+    await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
+  });
+  return DELETE;
+}

@@ -1,0 +1,51 @@
+import { Duration, type DateTime } from 'luxon';
+import type { Blueprint } from '../blueprint/contract.js';
+import type { Clock } from '../clock.js';
+import type { Lease } from '../model/lease.js';
+import type { NormalizedSpec } from '../model/spec.js';
+import type { LeaseRow, Store } from '../store/store.js';
+
+/** A pino-compatible logger: only these methods are used. */
+export interface Logger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export const silentLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+
+/** What the workers share: the store, the clock, the registered blueprints and tuning. */
+export interface Runtime {
+  store: Store;
+  clock: Clock;
+  logger: Logger;
+  workerId: string;
+  blueprints: Map<string, Blueprint<any, any, any>>;
+  /** Aborted when the broker closes past its grace period. */
+  signal: AbortSignal;
+  waitRecheck: Duration;
+  backoff: { initial: Duration; max: Duration };
+  createLease(spec: NormalizedSpec, extra?: { parentResourceId?: string; childKey?: string }): Promise<LeaseRow>;
+  leaseObject(row: LeaseRow): Promise<Lease>;
+}
+
+/** What one pass over an object decided about its work item. */
+export type Outcome =
+  | { next: 'park' }
+  | { next: 'at'; at: DateTime; attempts?: number }
+  | { next: 'delete' };
+
+export const PARK: Outcome = { next: 'park' };
+export const DELETE: Outcome = { next: 'delete' };
+export const at = (when: DateTime, attempts?: number): Outcome => ({ next: 'at', at: when, attempts });
+
+/** Capped exponential backoff: initial × 2^(attempt-1), at most max. */
+export function backoffDelay(rt: Runtime, attempt: number): Duration {
+  const ms = Math.min(rt.backoff.max.toMillis(), rt.backoff.initial.toMillis() * 2 ** Math.max(0, attempt - 1));
+  return Duration.fromMillis(ms);
+}
+
+export function blueprintsForType(rt: Runtime, type: string): Blueprint<any, any, any>[] {
+  return [...rt.blueprints.values()].filter((b) => b.type === type);
+}

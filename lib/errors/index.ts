@@ -1,0 +1,13 @@
+export { SlipwayError } from './slipway-error.js';
+export { ValidationError } from './validation-error.js';
+export { UnknownTypeError } from './unknown-type-error.js';
+export { NoBlueprintError } from './no-blueprint-error.js';
+export { LeaseBrokenError } from './lease-broken-error.js';
+export { LeaseTimeoutError } from './lease-timeout-error.js';
+export { AbortError } from './abort-error.js';
+export { SlotLockConflictError } from './slot-lock-conflict-error.js';
+export { IllegalTransitionError } from './illegal-transition-error.js';
+export { NotFoundError } from './not-found-error.js';
+export { BrokerClosedError } from './broker-closed-error.js';
+export { HookError, describeThrown } from './hook-error.js';
+export { RetryLater } from './retry-later.js';

@@ -1,0 +1,92 @@
+import type { DateTime } from 'luxon';
+import type { JsonObject } from '../model/spec.js';
+
+/** Every log type the library writes, with the shape of its data. */
+export interface LogDataByType {
+  'lease.queued': { type: string; owner: string | null; priority: number };
+  'lease.acquired': { resource: string; blueprint: string };
+  'lease.activated': { resource: string };
+  'lease.waiting-for-resources': { reasons: string[]; blueprints: string[] };
+  'lease.allocation-failure': { blueprint: string; reason: string };
+  'lease.reclaim': { resource: string; blueprint: string };
+  'lease.released': { reason: string; author: string | null };
+  'lease.expired': { at: string };
+  'lease.timeout': { timeout: string };
+  'lease.broken': { reason: string };
+  'lease.requeued': { resource: string; reason: string };
+  'lease.destroyed': Record<string, never>;
+  'lease.slot-lock-failure': { keys: string[]; resource: string };
+  'resource.allocating': { lease: string | null };
+  'resource.allocated': Record<string, never>;
+  'resource.activated': Record<string, never>;
+  'resource.released': { reason: string; author: string | null };
+  'resource.reclaimed': { lease: string | null };
+  'resource.broken': { reason: string };
+  'resource.destroyed': Record<string, never>;
+  'resource.resume': { phase: string; attempt: number };
+  'hook.failure': { hook: string; error: string; code: string | null; retry: boolean; attempt?: number; retryAt?: string | null };
+  'hook.retry-later': { hook: string; reason: string; retryAt: string };
+  'command.rejected': { command: string; reason: string };
+  'status.changed': { kind: 'lease' | 'resource'; from: string; to: string };
+  'blueprint.note': { message: string };
+}
+
+export type LogType = keyof LogDataByType;
+
+const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
+  'lease.queued': (d) => `Lease queued for type "${d.type}"${d.owner ? ` by ${d.owner}` : ''}${d.priority ? ` at priority ${d.priority}` : ''}.`,
+  'lease.acquired': (d) => `Lease acquired on resource ${d.resource} (blueprint ${d.blueprint}).`,
+  'lease.activated': (d) => `Lease is active on resource ${d.resource}.`,
+  'lease.waiting-for-resources': (d) => `Waiting for resources from ${d.blueprints.join(', ') || 'no blueprint'}: ${d.reasons.join('; ')}.`,
+  'lease.allocation-failure': (d) => `Allocation through ${d.blueprint} failed: ${d.reason}.`,
+  'lease.reclaim': (d) => `Reclaiming idle resource ${d.resource} of ${d.blueprint} to make room.`,
+  'lease.released': (d) => `Lease released (${d.reason}${d.author ? `, by ${d.author}` : ''}).`,
+  'lease.expired': (d) => `Lease expired at ${d.at}.`,
+  'lease.timeout': (d) => `Lease was not active within ${d.timeout}; released.`,
+  'lease.broken': (d) => `Lease broke: ${d.reason}.`,
+  'lease.requeued': (d) => `Resource ${d.resource} will not serve this lease (${d.reason}); allocating again.`,
+  'lease.destroyed': () => 'Lease destroyed.',
+  'lease.slot-lock-failure': (d) => `Slot locks ${d.keys.join(', ')} on resource ${d.resource} are held by another object; will retry.`,
+  'resource.allocating': (d) => `Allocating a new resource${d.lease ? ` for lease ${d.lease}` : ''}.`,
+  'resource.allocated': () => 'Resource allocated.',
+  'resource.activated': () => 'Resource is active.',
+  'resource.released': (d) => `Resource released (${d.reason}${d.author ? `, by ${d.author}` : ''}).`,
+  'resource.reclaimed': (d) => `Idle resource reclaimed${d.lease ? ` for lease ${d.lease}` : ''}.`,
+  'resource.broken': (d) => `Resource broke: ${d.reason}.`,
+  'resource.destroyed': () => 'Resource destroyed.',
+  'resource.resume': (d) => `Resuming interrupted ${d.phase} (attempt ${d.attempt}).`,
+  'hook.failure': (d) =>
+    `Hook ${d.hook} failed: ${d.error}${d.code ? ` [${d.code}]` : ''}` + (d.retry ? `; retry ${d.attempt ?? ''} at ${d.retryAt}.` : '.'),
+  'hook.retry-later': (d) => `Hook ${d.hook} asked to retry later (${d.reason}); next try at ${d.retryAt}.`,
+  'command.rejected': (d) => `Command ${d.command} rejected: ${d.reason}.`,
+  'status.changed': (d) => `${d.kind} status ${d.from} → ${d.to}.`,
+  'blueprint.note': (d) => d.message,
+};
+
+/** A stored log entry. `count` > 1 when one entry stands for a repeated event (one wait is one row). */
+export interface LogEntry {
+  id: number;
+  type: string;
+  at: DateTime;
+  lastAt: DateTime;
+  count: number;
+  blueprint: string | null;
+  resource: string | null;
+  lease: string | null;
+  data: JsonObject;
+  message: string;
+}
+
+export function renderLog(type: string, data: JsonObject, blueprintRenderers?: Record<string, (data: JsonObject) => string>): string {
+  const own = blueprintRenderers?.[type];
+  try {
+    if (own) return own(data);
+    const builtIn = (renderers as unknown as Record<string, (d: JsonObject) => string>)[type];
+    if (builtIn) return builtIn(data);
+  } catch {
+    // A renderer that throws must not hide the entry.
+  }
+  return `${type} ${JSON.stringify(data)}`;
+}
+
+export const LOG_TYPES = Object.keys(renderers) as LogType[];

@@ -1,0 +1,62 @@
+import type { DateTime } from 'luxon';
+import type { StandardInterfaces } from '../blueprint/contract.js';
+import type { JsonObject } from './spec.js';
+import type { LeaseStatus, ResourceStatus } from './states.js';
+
+export interface ResourceInfo<ResourceAttrs extends JsonObject = JsonObject> {
+  id: string;
+  type: string;
+  blueprint: string;
+  attributes: ResourceAttrs;
+}
+
+/** A lease as stored: what `broker.leases.get/list` return. */
+export interface LeaseRecord<LeaseAttrs extends JsonObject = JsonObject> {
+  id: string;
+  type: string;
+  status: LeaseStatus;
+  attributes: LeaseAttrs;
+  owner: string | null;
+  priority: number;
+  resourceId: string | null;
+  parentResourceId: string | null;
+  expiresAt: DateTime | null;
+  createdAt: DateTime;
+  statusChangedAt: DateTime;
+  brokenReason: string | null;
+}
+
+export interface ResourceRecord<ResourceAttrs extends JsonObject = JsonObject> {
+  id: string;
+  type: string;
+  blueprint: string;
+  status: ResourceStatus;
+  attributes: ResourceAttrs;
+  createdAt: DateTime;
+  statusChangedAt: DateTime;
+  brokenReason: string | null;
+}
+
+/** An active lease, handed over only once its resource and the lease itself are usable. */
+export interface Lease<LeaseAttrs extends JsonObject = JsonObject, ResourceAttrs extends JsonObject = JsonObject> extends AsyncDisposable {
+  readonly id: string;
+  readonly type: string;
+  /** The status when this object was handed over; `broker.leases.get(id)` reads the current one. */
+  readonly status: LeaseStatus;
+  readonly attributes: LeaseAttrs;
+  readonly owner: string | null;
+  readonly expiresAt: DateTime | null;
+  readonly resource: ResourceInfo<ResourceAttrs>;
+  interface<Name extends keyof StandardInterfaces>(name: Name): StandardInterfaces[Name];
+  interface<T = unknown>(name: string): T;
+  /** Writes a release command. By default resolves once the lease is destroyed. */
+  release(options?: { wait?: boolean }): Promise<void>;
+}
+
+/** A lease that may still be pending, as `broker.requestLease` returns it. */
+export interface LeaseHandle extends AsyncDisposable {
+  readonly id: string;
+  whenActive(options?: { timeout?: import('../time.js').DurationInput; signal?: AbortSignal }): Promise<Lease>;
+  status(): Promise<LeaseStatus>;
+  release(options?: { wait?: boolean }): Promise<void>;
+}

@@ -1,0 +1,12 @@
+import type { Sql } from '../db.js';
+import { initial } from './0001-initial.js';
+
+/** One schema change. `up` receives the quoted schema name to qualify its tables with. */
+export interface Migration {
+  id: number;
+  name: string;
+  up(sql: Sql, quotedSchema: string): Promise<void>;
+}
+
+/** Append-only and explicit: no globs (they break under ESM), never edit a shipped entry. */
+export const MIGRATIONS: readonly Migration[] = [initial];

@@ -1,0 +1,80 @@
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import { DataSource } from 'typeorm';
+import { ValidationError } from '../errors/validation-error.js';
+import { createDb, type Db } from './db.js';
+import { pgliteDriver } from './embedded-driver.js';
+import { migrate } from './migrate.js';
+import { quoteIdent } from './sql.js';
+
+export type DatabaseOptions =
+  | {
+      /** PGlite in this process. */
+      embedded: true;
+      /** Keep the data here; in memory when omitted. One broker per directory at a time. */
+      dataDir?: string;
+      /** @defaultValue 'slipway' */
+      schema?: string;
+      /** @defaultValue true */
+      migrate?: boolean;
+    }
+  | {
+      /** A PostgreSQL connection string. */
+      url: string;
+      /** @defaultValue 'slipway' */
+      schema?: string;
+      /** Create the schema and run migrations on start. @defaultValue true */
+      migrate?: boolean;
+      /** Pool size. @defaultValue 10 */
+      poolSize?: number;
+    };
+
+export function checkDatabaseOptions(options: unknown): DatabaseOptions {
+  if (options === undefined) return { embedded: true };
+  if (options === null || typeof options !== 'object') throw new ValidationError('database', 'must be { embedded: true, dataDir? } or { url, schema? }');
+  const o = options as Record<string, unknown>;
+  if (o.schema !== undefined) {
+    try {
+      quoteIdent(String(o.schema));
+    } catch {
+      throw new ValidationError('database.schema', `must be a plain identifier (got ${JSON.stringify(o.schema)})`);
+    }
+  }
+  if ('url' in o) {
+    if (typeof o.url !== 'string' || !/^postgres(ql)?:\/\//.test(o.url)) throw new ValidationError('database.url', 'must be a postgres:// connection string');
+    return o as DatabaseOptions;
+  }
+  if (o.embedded !== true) throw new ValidationError('database.embedded', 'must be true (or give database.url)');
+  if (o.dataDir !== undefined && (typeof o.dataDir !== 'string' || o.dataDir === '')) throw new ValidationError('database.dataDir', 'must be a directory path');
+  return o as DatabaseOptions;
+}
+
+/** Opens the database and brings its schema up to date. Every embedded broker gets its own PGlite instance. */
+export async function openDatabase(options: DatabaseOptions): Promise<Db> {
+  const schema = options.schema ?? 'slipway';
+  let db: Db;
+  if ('url' in options) {
+    const dataSource = new DataSource({ type: 'postgres', url: options.url, driver: pg, poolSize: options.poolSize ?? 10, installExtensions: false });
+    await dataSource.initialize();
+    db = createDb(dataSource, schema, false);
+  } else {
+    const pglite = await PGlite.create(options.dataDir ? { dataDir: options.dataDir } : {});
+    const dataSource = new DataSource({ type: 'postgres', driver: pgliteDriver(pglite), installExtensions: false });
+    try {
+      await dataSource.initialize();
+    } catch (error) {
+      await pglite.close();
+      throw error;
+    }
+    db = createDb(dataSource, schema, true, () => pglite.close());
+  }
+  if (options.migrate !== false) {
+    try {
+      await migrate(db);
+    } catch (error) {
+      await db.close();
+      throw error;
+    }
+  }
+  return db;
+}

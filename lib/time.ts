@@ -1,0 +1,46 @@
+import { DateTime, Duration, type DurationLike } from 'luxon';
+import { ValidationError } from './errors/validation-error.js';
+
+/** A duration as the public API accepts it: a luxon Duration, a duration-like object (`{ minutes: 5 }`), an ISO 8601 string (`PT5M`) or milliseconds. */
+export type DurationInput = Duration | DurationLike | string;
+
+/** A point in time as the public API accepts it: a luxon DateTime, a Date or an ISO 8601 string. */
+export type DateTimeInput = DateTime | Date | string;
+
+export function parseDuration(value: unknown, field: string): Duration {
+  let duration: Duration;
+  try {
+    if (Duration.isDuration(value)) duration = value;
+    else if (typeof value === 'number') duration = Duration.fromMillis(value);
+    else if (typeof value === 'string') duration = Duration.fromISO(value);
+    else if (value !== null && typeof value === 'object') duration = Duration.fromObject(value as Record<string, number>);
+    else throw new Error('not a duration');
+  } catch (error) {
+    throw new ValidationError(field, `is not a duration (${JSON.stringify(value) ?? String(value)})`, { cause: error });
+  }
+  if (!duration.isValid || !Number.isFinite(duration.toMillis())) {
+    throw new ValidationError(field, `is not a valid duration (${JSON.stringify(value) ?? String(value)})`);
+  }
+  if (duration.toMillis() < 0) throw new ValidationError(field, `must not be negative (${duration.toISO()})`);
+  return duration;
+}
+
+export function parseDateTime(value: unknown, field: string): DateTime {
+  let at: DateTime;
+  if (DateTime.isDateTime(value)) at = value;
+  else if (value instanceof Date) at = DateTime.fromJSDate(value);
+  else if (typeof value === 'string') at = DateTime.fromISO(value);
+  else throw new ValidationError(field, `is not a date-time (${JSON.stringify(value) ?? String(value)})`);
+  if (!at.isValid) throw new ValidationError(field, `is not a valid date-time (${JSON.stringify(value)})`);
+  return at.toUTC();
+}
+
+/** Postgres hands back Date objects for timestamptz; the engine works in luxon. */
+export function fromDb(value: Date | string | null | undefined): DateTime | null {
+  if (value === null || value === undefined) return null;
+  return (value instanceof Date ? DateTime.fromJSDate(value) : DateTime.fromISO(value)).toUTC();
+}
+
+export function toDb(value: DateTime | null | undefined): string | null {
+  return value ? value.toUTC().toISO() : null;
+}
