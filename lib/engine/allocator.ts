@@ -53,8 +53,13 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
       const got = await tryAcquire(rt, lease, driven, blueprint, reasons);
       if (got !== 'no') return got;
     }
-    await store.unit((u) => store.update(u, 'lease', lease.id, 'pending', { allocating_resource_id: null }));
+    await store.unit(async (u) => {
+      await store.update(u, 'lease', lease.id, 'pending', { allocating_resource_id: null });
+      await u.sql.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2`, [lease.allocatingResourceId, lease.id]);
+    });
     lease.allocatingResourceId = null;
+    // The reservation was a hand-off this lease could not use: pass it on.
+    claim.chained = true;
   }
 
   // 1. An existing active resource: unleased ones first, then shared ones.

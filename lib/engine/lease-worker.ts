@@ -165,7 +165,7 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim): Promise
     await store.releaseSlots(u, 'lease', lease.id);
     await store.log(u, { type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null });
     await afterLeaseLeftLive(rt, u, lease);
-    if (resource && blueprint) await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
+    if (resource && blueprint) await store.handOff(u, resource.id, blueprint.type, blueprint.name);
   });
   return DELETE;
 }

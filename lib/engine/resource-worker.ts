@@ -89,9 +89,13 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
     }
     await store.casResource(u, resource.id, 'pending', 'active', { attributes, phase: null, phase_attempts: 0, idle_since: u.now });
     await store.log(u, { type: 'resource.activated', data: {}, resource: resource.id, blueprint: blueprint.name });
-    if (resource.reservedFor) await store.wake(u, 'lease', [resource.reservedFor]);
     // One more active resource may raise the allocation limit, or serve a waiter directly.
-    await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
+    if (resource.reservedFor) {
+      await store.wake(u, 'lease', [resource.reservedFor]);
+      await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
+    } else {
+      await store.handOff(u, resource.id, blueprint.type, blueprint.name);
+    }
   });
   return 'progress';
 }

@@ -238,6 +238,25 @@ export class Store {
     return rows[0]?.object_id ?? null;
   }
 
+  /**
+   * Freed capacity on an active resource goes to the best-ranked waiting lease: it is
+   * woken and the resource is reserved for it, so a newcomer cannot jump the queue.
+   * If it cannot use the resource it drops the reservation and passes the wake on.
+   */
+  async handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null> {
+    const next = await this.wakeNextWaiting(unit, [type], [blueprint]);
+    if (!next) return null;
+    const reserved = await unit.sql.execute(
+      `UPDATE ${this.s}.resources SET reserved_for = $2 WHERE id = $1 AND status = 'active' AND reserved_for IS NULL`,
+      [resourceId, next],
+    );
+    if (reserved > 0) {
+      const pointed = await unit.sql.execute(`UPDATE ${this.s}.leases SET allocating_resource_id = $2 WHERE id = $1 AND status = 'pending' AND allocating_resource_id IS NULL`, [next, resourceId]);
+      if (pointed === 0) await unit.sql.execute(`UPDATE ${this.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2`, [resourceId, next]);
+    }
+    return next;
+  }
+
   async command(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject = {}, author: string | null = null): Promise<void> {
     await unit.sql.query(this.sql.insertCommand, [kind, id, command, JSON.stringify(data), author, toDb(unit.now)]);
     await this.wake(unit, kind, [id]);
