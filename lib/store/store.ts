@@ -259,7 +259,9 @@ export class Store {
 
   async command(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject = {}, author: string | null = null): Promise<void> {
     await unit.sql.query(this.sql.insertCommand, [kind, id, command, JSON.stringify(data), author, toDb(unit.now)]);
-    await this.wake(unit, kind, [id]);
+    // An upsert, not a wake: if the object's work item was just deleted (it reached
+    // destroyed), the command still gets a driver that consumes it.
+    await this.ensureWork(unit, kind, id, unit.now);
   }
 
   async consume(unit: Unit, commandId: number, outcome: string): Promise<boolean> {
