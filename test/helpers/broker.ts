@@ -8,16 +8,10 @@ const open = new Set<Broker>();
  * running fails (see `afterEach` in each file via `guardBrokers()`).
  */
 export async function testBroker(options: Parameters<typeof createTestBroker>[0] = {}): Promise<TestBroker> {
-  const broker = await createTestBroker(options);
-  open.add(broker);
-  const close = broker.close.bind(broker);
-  (broker as { close: Broker['close'] }).close = async (o) => {
-    open.delete(broker);
-    await close(o);
-  };
-  return broker;
+  return track(await createTestBroker(options));
 }
 
+/** Registers a broker with the leak guard; closing it unregisters it. */
 export function track<B extends Broker>(broker: B): B {
   open.add(broker);
   const close = broker.close.bind(broker);
