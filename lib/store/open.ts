@@ -49,6 +49,43 @@ export function checkDatabaseOptions(options: unknown): DatabaseOptions {
   return o as DatabaseOptions;
 }
 
+async function embeddedDb(pglite: PGlite, schema: string): Promise<Db> {
+  const dataSource = new DataSource({ type: 'postgres', driver: pgliteDriver(pglite), installExtensions: false });
+  try {
+    await dataSource.initialize();
+  } catch (error) {
+    await pglite.close();
+    throw error;
+  }
+  return createDb(dataSource, schema, true, () => pglite.close());
+}
+
+/**
+ * An in-memory PGlite costs seconds to initdb but well under one to load from a dump.
+ * Each in-memory broker still gets its own database: a copy of one migrated, empty
+ * template made once per process and schema name.
+ */
+const templates = new Map<string, Promise<Blob>>();
+
+function migratedTemplate(schema: string): Promise<Blob> {
+  let template = templates.get(schema);
+  if (!template) {
+    template = (async () => {
+      const pglite = await PGlite.create();
+      const db = await embeddedDb(pglite, schema);
+      try {
+        await migrate(db);
+        return (await pglite.dumpDataDir('none')) as Blob;
+      } finally {
+        await db.close();
+      }
+    })();
+    templates.set(schema, template);
+    template.catch(() => templates.delete(schema));
+  }
+  return template;
+}
+
 /** Opens the database and brings its schema up to date. Every embedded broker gets its own PGlite instance. */
 export async function openDatabase(options: DatabaseOptions): Promise<Db> {
   const schema = options.schema ?? 'slipway';
@@ -58,15 +95,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<Db> {
     await dataSource.initialize();
     db = createDb(dataSource, schema, false);
   } else {
-    const pglite = await PGlite.create(options.dataDir ? { dataDir: options.dataDir } : {});
-    const dataSource = new DataSource({ type: 'postgres', driver: pgliteDriver(pglite), installExtensions: false });
-    try {
-      await dataSource.initialize();
-    } catch (error) {
-      await pglite.close();
-      throw error;
-    }
-    db = createDb(dataSource, schema, true, () => pglite.close());
+    const pglite = options.dataDir
+      ? await PGlite.create({ dataDir: options.dataDir })
+      : options.migrate === false
+        ? await PGlite.create()
+        : await PGlite.create({ loadDataDir: await migratedTemplate(schema) });
+    db = await embeddedDb(pglite, schema);
   }
   if (options.migrate !== false) {
     try {
