@@ -170,6 +170,9 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
       const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
       await store.casLease(u, lease.id, 'pending', 'acquired', { resource_id: resource.id, allocating_resource_id: null, wait_log_id: null, attributes });
       if (row.reserved_for === lease.id) await u.sql.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1`, [resource.id]);
+      // The resource may take more leases (shared slots): the next waiter gets a look now,
+      // and passes the wake on in turn, instead of waiting for its recheck.
+      await store.wakeNextWaiting(u, [resource.type], [blueprint.name], { priority: lease.priority, seq: lease.seq });
       await store.log(u, { type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name });
       return true;
     });

@@ -90,9 +90,10 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
     await store.casResource(u, resource.id, 'pending', 'active', { attributes, phase: null, phase_attempts: 0, idle_since: u.now });
     await store.log(u, { type: 'resource.activated', data: {}, resource: resource.id, blueprint: blueprint.name });
     // One more active resource may raise the allocation limit, or serve a waiter directly.
+    // A reserved one wakes only its lease: a waiter woken now would find it still reserved
+    // and miss it; the lease's acquisition wakes the next waiter instead.
     if (resource.reservedFor) {
       await store.wake(u, 'lease', [resource.reservedFor]);
-      await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
     } else {
       await store.handOff(u, resource.id, blueprint.type, blueprint.name);
     }

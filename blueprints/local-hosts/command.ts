@@ -1,0 +1,177 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { stat } from 'node:fs/promises';
+import { isAbsolute, resolve } from 'node:path';
+import { Duration } from 'luxon';
+import { AbortError, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { CommandStartError } from './command-error.js';
+
+/** After a timeout or an abort, how long a process has to exit on SIGTERM before it gets SIGKILL. */
+export const KILL_GRACE_MS = 2_000;
+
+// POSIX: each command leads its own process group, so a timeout also stops what it
+// started (a shell's children hold stdout open and would keep `close` from firing).
+const OWN_PROCESS_GROUP = process.platform !== 'win32';
+
+/** The `command` interface of a lease whose directory is `leaseDirectory`. */
+export function commandInterface(leaseDirectory: string): CommandInterface {
+  return { run: (argv, options) => runCommand(argv, options, leaseDirectory) };
+}
+
+/**
+ * Runs one process and collects its output. argv goes straight to the executable (no
+ * shell, so `;`, `$(...)` and quotes are plain characters) unless `options.shell` is true.
+ * Resolves with the exit code, also when it is not zero; rejects when the process cannot
+ * start (CommandStartError), when `options.signal` aborts (AbortError, after the process
+ * is gone), and on bad input (ValidationError).
+ */
+export async function runCommand(argv: readonly string[], options: CommandOptions | undefined, leaseDirectory: string): Promise<CommandResult> {
+  checkArgv(argv);
+  const o = checkOptions(options);
+  const cwd = o.cwd === undefined ? leaseDirectory : isAbsolute(o.cwd) ? o.cwd : resolve(leaseDirectory, o.cwd);
+  await checkDirectory(cwd, cwd === leaseDirectory);
+  if (o.signal?.aborted) throw new AbortError(`command ${JSON.stringify(argv[0])} was aborted before it started`, { cause: o.signal.reason });
+
+  const env = { ...process.env };
+  for (const [key, value] of Object.entries(o.env ?? {})) {
+    if (value === undefined) delete env[key];
+    else env[key] = value;
+  }
+  const stdio = [o.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] as const;
+  const spawnOptions = { cwd, env, stdio: [...stdio], detached: OWN_PROCESS_GROUP, windowsHide: true };
+  const child = o.shell ? spawn(argv.join(' '), { ...spawnOptions, shell: true }) : spawn(argv[0]!, argv.slice(1), spawnOptions);
+  return supervise(child, argv[0]!, o);
+}
+
+function supervise(child: ChildProcess, command: string, o: CommandOptions & { timeoutMs?: number }): Promise<CommandResult> {
+  return new Promise<CommandResult>((resolvePromise, reject) => {
+    let stdout = '';
+    let stderr = '';
+    let timedOut = false;
+    let aborted = false;
+    let callbackError: unknown = null;
+    let exited = false;
+    let escalation: NodeJS.Timeout | undefined;
+
+    const stop = () => {
+      if (exited) return;
+      signalProcess(child, 'SIGTERM');
+      escalation ??= setTimeout(() => signalProcess(child, 'SIGKILL'), KILL_GRACE_MS);
+    };
+    const timer = o.timeoutMs === undefined ? undefined : setTimeout(() => ((timedOut = true), stop()), o.timeoutMs);
+    const onAbort = () => ((aborted = true), stop());
+    o.signal?.addEventListener('abort', onAbort, { once: true });
+    const cleanup = () => {
+      if (timer) clearTimeout(timer);
+      if (escalation) clearTimeout(escalation);
+      o.signal?.removeEventListener('abort', onAbort);
+    };
+
+    const collect = (stream: NodeJS.ReadableStream | null, append: (chunk: string) => void, callback?: (chunk: string) => void) => {
+      if (!stream) return;
+      // utf8 decoding in the stream keeps a character split across two chunks whole.
+      stream.setEncoding('utf8');
+      stream.on('data', (chunk: string) => {
+        append(chunk);
+        if (!callback || callbackError) return;
+        try {
+          callback(chunk);
+        } catch (error) {
+          // The caller can no longer follow the output: stop the process and report its error.
+          callbackError = error;
+          stop();
+        }
+      });
+    };
+    collect(child.stdout, (c) => (stdout += c), o.onStdout);
+    collect(child.stderr, (c) => (stderr += c), o.onStderr);
+
+    if (child.stdin) {
+      // A process that exits without reading its input makes the write fail with EPIPE; that is its business.
+      child.stdin.on('error', () => undefined);
+      child.stdin.end(o.stdin);
+    }
+
+    child.on('error', (error) => {
+      // Without a pid the process never started; any later error (a failed kill) changes nothing we report.
+      if (child.pid !== undefined) return;
+      exited = true;
+      cleanup();
+      reject(new CommandStartError(command, error));
+    });
+    child.on('exit', () => (exited = true));
+    child.on('close', (exitCode, signal) => {
+      exited = true;
+      cleanup();
+      if (callbackError) return reject(callbackError);
+      if (aborted) return reject(new AbortError(`command ${JSON.stringify(command)} was aborted`, { cause: o.signal?.reason }));
+      resolvePromise({ exitCode, signal, stdout, stderr, timedOut });
+    });
+  });
+}
+
+function signalProcess(child: ChildProcess, signal: NodeJS.Signals) {
+  if (child.pid === undefined) return;
+  try {
+    if (OWN_PROCESS_GROUP) process.kill(-child.pid, signal);
+    else child.kill(signal);
+  } catch {
+    // The group is already gone (ESRCH): nothing left to stop.
+    child.kill(signal);
+  }
+}
+
+function checkArgv(argv: unknown): asserts argv is readonly string[] {
+  if (!Array.isArray(argv) || argv.length === 0) throw new ValidationError('argv', 'must be a non-empty array of strings, like ["git", "status"]');
+  argv.forEach((arg, i) => {
+    if (typeof arg !== 'string') throw new ValidationError(`argv[${i}]`, `must be a string (got ${typeof arg})`);
+    if (arg.includes('\0')) throw new ValidationError(`argv[${i}]`, 'must not contain a NUL byte');
+  });
+  if (argv[0] === '') throw new ValidationError('argv[0]', 'must name the program to run');
+}
+
+function checkOptions(options: unknown): CommandOptions & { timeoutMs?: number } {
+  if (options === undefined) return {};
+  if (options === null || typeof options !== 'object') throw new ValidationError('options', 'must be an object');
+  const o = options as CommandOptions;
+  if (o.cwd !== undefined && (typeof o.cwd !== 'string' || o.cwd === '')) throw new ValidationError('options.cwd', 'must be a non-empty string');
+  if (o.env !== undefined) {
+    if (o.env === null || typeof o.env !== 'object') throw new ValidationError('options.env', 'must be an object of strings');
+    for (const [key, value] of Object.entries(o.env)) {
+      if (value !== undefined && typeof value !== 'string') throw new ValidationError(`options.env.${key}`, `must be a string, or undefined to unset it (got ${typeof value})`);
+    }
+  }
+  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new ValidationError('options.signal', 'must be an AbortSignal');
+  if (o.shell !== undefined && typeof o.shell !== 'boolean') throw new ValidationError('options.shell', 'must be a boolean');
+  if (o.onStdout !== undefined && typeof o.onStdout !== 'function') throw new ValidationError('options.onStdout', 'must be a function');
+  if (o.onStderr !== undefined && typeof o.onStderr !== 'function') throw new ValidationError('options.onStderr', 'must be a function');
+  if (o.stdin !== undefined && typeof o.stdin !== 'string') throw new ValidationError('options.stdin', 'must be a string');
+  return { ...o, timeoutMs: o.timeout === undefined ? undefined : timeoutMs(o.timeout) };
+}
+
+/**
+ * The timeout in milliseconds. It is wall time on purpose, not the broker's injectable
+ * clock: it bounds a real process, which a test's manual clock would otherwise let run forever.
+ */
+function timeoutMs(value: unknown): number {
+  let duration: Duration;
+  try {
+    if (Duration.isDuration(value)) duration = value;
+    else if (typeof value === 'number') duration = Duration.fromMillis(value);
+    else if (typeof value === 'string') duration = Duration.fromISO(value);
+    else if (value !== null && typeof value === 'object') duration = Duration.fromObject(value as Record<string, number>);
+    else throw new Error('not a duration');
+  } catch (error) {
+    throw new ValidationError('options.timeout', `is not a duration (${JSON.stringify(value) ?? String(value)}); use a luxon Duration, { seconds: 30 }, "PT30S" or milliseconds`, { cause: error });
+  }
+  const ms = duration.toMillis();
+  if (!duration.isValid || !Number.isFinite(ms) || ms <= 0) throw new ValidationError('options.timeout', `must be a positive duration (got ${JSON.stringify(value) ?? String(value)})`);
+  return ms;
+}
+
+async function checkDirectory(cwd: string, isLeaseDirectory: boolean): Promise<void> {
+  // spawn reports a missing cwd as ENOENT of the executable, which misleads: say what is missing.
+  const info = await stat(cwd).catch(() => null);
+  if (info?.isDirectory()) return;
+  const why = info ? 'is not a directory' : isLeaseDirectory ? 'does not exist (was the lease released?)' : 'does not exist';
+  throw new ValidationError('options.cwd', `${cwd} ${why}`);
+}

@@ -1,0 +1,101 @@
+import { hostname } from 'node:os';
+import { defineBlueprint, ValidationError, type Blueprint, type BlueprintOptions, type FilesystemInterface } from '../../lib/index.js';
+import { commandInterface } from './command.js';
+import { validateLocalHostsConfig, type LocalHostsConfig, type LocalHostsSettings } from './config.js';
+import { createDirectory, leaseDirectory, removeDirectory } from './lease-directory.js';
+import { SlotPicker } from './slot-picker.js';
+
+export type { LocalHostsConfig } from './config.js';
+export { CommandStartError } from './command-error.js';
+
+/** Attributes of the local machine's resource. */
+export type LocalHostsResourceAttributes = {
+  hostname: string;
+  /** The directory holding the leases' scratch directories. */
+  root: string;
+};
+
+/** Attributes this blueprint adds to a lease, next to the requester's own. */
+export type LocalHostsLeaseAttributes = {
+  /** The slot index the lease holds, from 0 to `slots - 1`. */
+  slot: number;
+  /** The lease's scratch directory, also `lease.interface('filesystem').path`. */
+  path: string;
+};
+
+const slotKey = (resourceId: string, index: number) => `local-hosts:${resourceId}:slot:${index}`;
+
+// A hint shared by every localHosts blueprint in this process; resource ids are unique.
+const slotPicker = new SlotPicker();
+
+// validateConfig fills in every default, so the hooks may read the config as settings.
+const settings = (config: LocalHostsConfig) => config as LocalHostsSettings;
+
+const implementation = defineBlueprint<LocalHostsConfig, LocalHostsResourceAttributes, LocalHostsLeaseAttributes>({
+  type: 'host',
+  description: 'The local machine: a slot per concurrent lease, a scratch directory per lease, commands run as this process.',
+  validateConfig: validateLocalHostsConfig,
+
+  async allocateResource(ctx) {
+    return { attributes: { hostname: hostname(), root: settings(ctx.blueprint.config).root } };
+  },
+
+  async activateResource(ctx) {
+    await createDirectory(settings(ctx.blueprint.config).root);
+  },
+
+  canAcquireLease: (ctx) => ctx.resource.leaseCount < settings(ctx.blueprint.config).slots,
+
+  async acquireLease(ctx) {
+    const slot = slotPicker.pick(ctx.resource.id, ctx.lease.id, settings(ctx.blueprint.config).slots);
+    ctx.lockSlots([slotKey(ctx.resource.id, slot)]);
+    return { attributes: { slot } };
+  },
+
+  async activateLease(ctx) {
+    slotPicker.settled(ctx.resource.id, ctx.lease.id);
+    const path = leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id);
+    await createDirectory(path);
+    await ctx.log('local-hosts.directory-created', { path });
+    return { attributes: { path } };
+  },
+
+  async destroyLease(ctx) {
+    const path = leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id);
+    await removeDirectory(path);
+    slotPicker.freed(ctx.resource.id, ctx.lease.id);
+    await ctx.log('local-hosts.directory-removed', { path });
+  },
+
+  // The machine outlives its resource record: there is nothing to tear down.
+  async destroyResource(ctx) {
+    slotPicker.forgetResource(ctx.resource.id);
+  },
+
+  interfaces: {
+    command: (ctx) => commandInterface(leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id)),
+    filesystem: (ctx): FilesystemInterface => ({ path: leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id) }),
+  },
+
+  logTypes: {
+    'local-hosts.directory-created': (data) => `Scratch directory ${String(data.path)} created.`,
+    'local-hosts.directory-removed': (data) => `Scratch directory ${String(data.path)} removed.`,
+  },
+});
+
+/**
+ * The local machine as a `host` resource: `localHosts({ name: 'local', config: { slots: 2 } })`.
+ *
+ * One resource stands for the machine, so `limits.maxResources` is always 1: a second
+ * resource would be the same machine again and double its slots. Concurrency is `config.slots`.
+ */
+export function localHosts(options: BlueprintOptions<LocalHostsConfig>): Blueprint<LocalHostsConfig, LocalHostsResourceAttributes, LocalHostsLeaseAttributes> {
+  const limits = options && typeof options === 'object' ? options.limits : undefined;
+  if (limits === undefined || (limits !== null && typeof limits === 'object')) {
+    if (limits?.maxResources !== undefined && limits.maxResources !== 1) {
+      throw new ValidationError('limits.maxResources', `must be 1 for localHosts: one resource is the local machine (got ${JSON.stringify(limits.maxResources)}); use config.slots for concurrency`);
+    }
+    return implementation({ ...options, limits: { ...limits, maxResources: 1 } });
+  }
+  return implementation(options);
+}
