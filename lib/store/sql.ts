@@ -69,7 +69,9 @@ export function statements(schema: string) {
         JOIN ${S}.leases l ON l.id = w.object_id AND w.object_kind = 'lease'
         WHERE l.status = 'pending' AND l.type = ANY($1::text[])
           AND (l.blueprints IS NULL OR l.blueprints && $2::text[])
-          AND (w.run_at IS NULL OR w.run_at > $3) AND w.claimed_by IS NULL
+          -- A lease in the middle of a pass can take the wake too: the bumped wake_count
+          -- makes it look again when the pass ends. 'chained' keeps one lease from taking two.
+          AND (w.run_at IS NULL OR w.run_at > $3 OR (w.claimed_by IS NOT NULL AND NOT w.chained))
           AND ($4::bigint IS NULL OR (l.priority, -l.seq) < ($5::integer, -$4::bigint))
         ORDER BY l.priority DESC, l.seq
         LIMIT 1

@@ -1,0 +1,226 @@
+import { defineBlueprint, LOG_TYPES, renderLog, type LogDataByType, type LogEntry, type LogType } from '../lib/index.js';
+import { fakeBlueprint, type TestBroker } from '../lib/testing/index.js';
+import { guardBrokers, testBroker } from './helpers/broker.js';
+
+guardBrokers();
+
+const fallback = (type: string, data: object) => `${type} ${JSON.stringify(data)}`;
+
+/** One sample per log type; typed by LogDataByType, so a new type without a sample fails to compile. */
+const samples: { [T in LogType]: LogDataByType[T] } = {
+  'lease.queued': { type: 'host', owner: 'ci', priority: 5 },
+  'lease.acquired': { resource: 'res-1', blueprint: 'hosts' },
+  'lease.activated': { resource: 'res-1' },
+  'lease.waiting-for-resources': { reasons: ['hosts is at maxResources (1)'], blueprints: ['hosts'] },
+  'lease.allocation-failure': { blueprint: 'hosts', reason: 'quota' },
+  'lease.reclaim': { resource: 'res-1', blueprint: 'hosts' },
+  'lease.released': { reason: 'done', author: 'me' },
+  'lease.expired': { at: '2030-01-01T00:00:00.000Z' },
+  'lease.timeout': { timeout: '5 minutes' },
+  'lease.broken': { reason: 'resource broke' },
+  'lease.requeued': { resource: 'res-1', reason: 'it is broken' },
+  'lease.destroyed': {},
+  'lease.slot-lock-failure': { keys: ['slot:1'], resource: 'res-1' },
+  'resource.allocating': { lease: 'lease-1' },
+  'resource.allocated': {},
+  'resource.activated': {},
+  'resource.released': { reason: 'idle', author: null },
+  'resource.reclaimed': { lease: 'lease-2' },
+  'resource.broken': { reason: 'kernel panic' },
+  'resource.destroyed': {},
+  'resource.resume': { phase: 'activateResource', attempt: 2 },
+  'hook.failure': { hook: 'activateResource', error: 'boom', code: 'E1', retry: true, attempt: 2, retryAt: '2030-01-01T00:00:02.000Z' },
+  'hook.retry-later': { hook: 'allocateResource', reason: 'busy', retryAt: '2030-01-01T00:01:00.000Z' },
+  'command.rejected': { command: 'reclaim', reason: 'resource is in use' },
+  'status.changed': { kind: 'lease', from: 'pending', to: 'acquired' },
+  'blueprint.note': { message: 'cloned in 3s' },
+};
+
+/** An exclusive blueprint that, unlike the fake, does not check leaseCount first: the slot lock is what refuses. */
+const slotted = defineBlueprint({
+  type: 'slotted',
+  async allocateResource() {
+    return { attributes: {} };
+  },
+  async acquireLease(ctx) {
+    ctx.lockSlots([`seat:${ctx.resource.id}`]);
+  },
+});
+
+function expectRendered(entries: LogEntry[]) {
+  for (const e of entries) {
+    expect(e.message).toBe(renderLog(e.type, e.data));
+    expect(e.message).not.toBe(fallback(e.type, e.data));
+  }
+}
+
+// The log types of lib/logs/log-types.ts: each has a renderer; the messages come from them.
+describe('log types', () => {
+  test('LOG_TYPES lists exactly the typed log types, and every one renders a real message', () => {
+    expect([...LOG_TYPES].sort()).toEqual(Object.keys(samples).sort());
+    for (const type of LOG_TYPES) {
+      const data = samples[type] as Record<string, any>;
+      const message = renderLog(type, data);
+      expect(typeof message).toBe('string');
+      expect(message.length).toBeGreaterThan(0);
+      expect(message).not.toBe(fallback(type, data));
+      expect(message).not.toMatch(/undefined|\[object Object\]/);
+    }
+  });
+
+  test('renderers put the data in the message', () => {
+    expect(renderLog('hook.failure', samples['hook.failure'])).toMatch(/activateResource.*boom.*E1/);
+    expect(renderLog('lease.waiting-for-resources', samples['lease.waiting-for-resources'])).toMatch(/hosts.*maxResources/);
+    expect(renderLog('resource.broken', samples['resource.broken'])).toMatch(/kernel panic/);
+    expect(renderLog('lease.slot-lock-failure', samples['lease.slot-lock-failure'])).toMatch(/slot:1/);
+  });
+
+  test('an unknown type falls back to type + data; a blueprint renderer wins; a throwing renderer falls back', () => {
+    expect(renderLog('nope.never', { a: 1 })).toBe(fallback('nope.never', { a: 1 }));
+    expect(renderLog('git.cloned', { ms: 3 }, { 'git.cloned': (d) => `cloned in ${d.ms} ms` })).toBe('cloned in 3 ms');
+    expect(renderLog('git.cloned', { ms: 3 }, { 'git.cloned': () => { throw new Error('x'); } })).toBe(fallback('git.cloned', { ms: 3 }));
+  });
+});
+
+async function typesOf(broker: TestBroker, filter: Parameters<TestBroker['logs']>[0] = {}) {
+  return (await broker.logs(filter)).map((l) => l.type);
+}
+
+// Invariant 3: what happened is rows; invariant 5: waiting never writes a new row per poll.
+describe('the logs a flow writes', () => {
+  test('queued, allocation, acquired, activated, released, destroyed: each once, on the right objects, rendered', async () => {
+    const bp = fakeBlueprint({ name: 'f' });
+    const broker = await testBroker({ blueprints: [bp] });
+    const acquiring = broker.acquire({ type: 'fake', owner: 'ci-job-7' });
+    await broker.runUntilIdle();
+    const lease = await acquiring;
+    const releasing = lease.release();
+    await broker.runUntilIdle();
+    await releasing;
+    await broker.releaseResource(lease.resource.id, { reason: 'test over', author: 'tester' });
+    await broker.runUntilIdle();
+
+    const leaseLog = (await typesOf(broker, { lease: lease.id })).filter((t) => t !== 'status.changed');
+    // it waited (one row) for the resource it drives to activate
+    expect(leaseLog).toEqual(['lease.queued', 'resource.allocating', 'lease.waiting-for-resources', 'lease.acquired', 'lease.activated', 'lease.released', 'lease.destroyed']);
+    const changes = await broker.logs({ lease: lease.id, type: 'status.changed' });
+    expect(changes.map((c) => `${c.data.from}→${c.data.to}`)).toEqual(['pending→acquired', 'acquired→active', 'active→released', 'released→destroyed']);
+    const resourceLog = await typesOf(broker, { resource: lease.resource.id });
+    expect(resourceLog).toEqual(expect.arrayContaining(['resource.allocating', 'resource.allocated', 'resource.activated', 'resource.released', 'resource.destroyed']));
+    const [queued] = await broker.logs({ lease: lease.id, type: 'lease.queued' });
+    expect(queued!.message).toMatch(/ci-job-7/);
+    const [allocating] = await broker.logs({ type: 'resource.allocating' });
+    expect(allocating!.resource).toBe(lease.resource.id);
+    expect(allocating!.blueprint).toBe(bp.name);
+    const [released] = await broker.logs({ resource: lease.resource.id, type: 'resource.released' });
+    expect(released!.message).toMatch(/test over.*tester/);
+    expectRendered(await broker.logs());
+    await broker.close();
+  });
+
+  test('waiting-for-resources and slot-lock-failure: a lease refused by a held slot lock waits (one row), then is served', async () => {
+    const bp = slotted({ name: 's', limits: { maxResources: 1 } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const first = broker.acquire({ type: 'slotted' });
+    await broker.runUntilIdle();
+    const a = await first;
+    const b = await broker.requestLease({ type: 'slotted' });
+    await broker.runUntilIdle();
+    expect(await b.status()).toBe('pending');
+
+    const [failure] = await broker.logs({ lease: b.id, type: 'lease.slot-lock-failure' });
+    expect(failure!.data).toEqual({ keys: [`seat:${a.resource.id}`], resource: a.resource.id });
+    expect(failure!.resource).toBe(a.resource.id);
+    expect(failure!.message).toMatch(new RegExp(`seat:${a.resource.id}`));
+    const waits = await broker.logs({ lease: b.id, type: 'lease.waiting-for-resources' });
+    expect(waits).toHaveLength(1);
+    expect(waits[0]!.data.blueprints).toEqual(['s']);
+    expect((waits[0]!.data.reasons as string[]).join(' ')).toMatch(/slot locks seat:/);
+    expect(waits[0]!.message).toMatch(/Waiting for resources from s/);
+
+    const releasing = a.release();
+    await broker.runUntilIdle();
+    await releasing;
+    expect(await b.status()).toBe('active');
+    expectRendered(await broker.logs());
+    await broker.close();
+  });
+
+  test('ONE wait is ONE waiting-for-resources row whose count grows each waitRecheck (5 × 10 s → one row, count ≥ 5)', async () => {
+    const bp = fakeBlueprint({ name: 'f', exclusive: true, limits: { maxResources: 1 } });
+    const broker = await testBroker({ blueprints: [bp], waitRecheck: { seconds: 10 } });
+    const first = broker.acquire({ type: 'fake' });
+    await broker.runUntilIdle();
+    await first;
+    const waiting = await broker.requestLease({ type: 'fake' });
+    await broker.runUntilIdle();
+    const before = await broker.logs({ lease: waiting.id, type: 'lease.waiting-for-resources' });
+    expect(before).toHaveLength(1);
+    const countBefore = before[0]!.count;
+    const calls = bp.calls.canAllocate;
+    for (let i = 0; i < 5; i++) await broker.advance({ seconds: 10 });
+    const after = await broker.logs({ lease: waiting.id, type: 'lease.waiting-for-resources' });
+    expect(after).toHaveLength(1);
+    expect(after[0]!.id).toBe(before[0]!.id);
+    expect(after[0]!.count).toBeGreaterThanOrEqual(countBefore + 5);
+    expect(after[0]!.count).toBeGreaterThanOrEqual(5);
+    // it really looked again each time (the count is not made up)
+    expect(bp.calls.canAllocate - calls).toBeGreaterThanOrEqual(5);
+    expect(after[0]!.lastAt.toMillis() - after[0]!.at.toMillis()).toBeGreaterThanOrEqual(50_000);
+    expect(await broker.logs({ lease: waiting.id })).toHaveLength(2); // queued + the one wait
+    await broker.close();
+  });
+
+  test('reclaim: a lease that cannot use the idle resource at the cap reclaims it (lease.reclaim + resource.reclaimed)', async () => {
+    const bp = fakeBlueprint({ name: 'f', limits: { maxResources: 1 }, answers: { canAcquireLease: (lease, resource) => (resource.builtFor as any)?.repo === (lease as any).repo } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const first = broker.acquire({ type: 'fake', attributes: { repo: 'a' } });
+    await broker.runUntilIdle();
+    const a = await first;
+    const releasing = a.release();
+    await broker.runUntilIdle();
+    await releasing;
+    const second = broker.acquire({ type: 'fake', attributes: { repo: 'b' } });
+    await broker.runUntilIdle();
+    const b = await second;
+    expect(b.resource.id).not.toBe(a.resource.id);
+    const [reclaim] = await broker.logs({ lease: b.id, type: 'lease.reclaim' });
+    expect(reclaim!.data).toEqual({ resource: a.resource.id, blueprint: 'f' });
+    expect(reclaim!.message).toMatch(new RegExp(`Reclaiming idle resource ${a.resource.id}`));
+    const [reclaimed] = await broker.logs({ resource: a.resource.id, type: 'resource.reclaimed' });
+    expect(reclaimed!.data).toEqual({ lease: b.id });
+    expect(await typesOf(broker, { resource: a.resource.id })).toContain('resource.destroyed');
+    expectRendered(await broker.logs());
+    await broker.close();
+  });
+
+  test('hook failure with its cause: hook.failure on the lease, and lease.broken with the reason', async () => {
+    const bp = fakeBlueprint({ name: 'f', failures: { activateLease: { throws: Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' }) } } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const acquiring = broker.acquire({ type: 'fake' }).catch((e) => e);
+    await broker.runUntilIdle();
+    await acquiring;
+    const [lease] = await broker.leases.list();
+    const [failure] = await broker.logs({ lease: lease!.id, type: 'hook.failure' });
+    expect(failure!.data).toMatchObject({ hook: 'activateLease', code: 'EACCES', retry: false });
+    expect(failure!.data.error).toMatch(/EACCES: permission denied/);
+    expect(failure!.message).toMatch(/Hook activateLease failed: .*EACCES: permission denied.*\[EACCES\]/);
+    const [broken] = await broker.logs({ lease: lease!.id, type: 'lease.broken' });
+    expect(broken!.message).toMatch(/permission denied/);
+    expectRendered(await broker.logs());
+    await broker.close();
+  });
+
+  test('log events carry the rendered entry', async () => {
+    const bp = fakeBlueprint({ name: 'f' });
+    const broker = await testBroker({ blueprints: [bp] });
+    const seen: LogEntry[] = [];
+    broker.on('log', (e) => seen.push(e));
+    const acquiring = broker.acquire({ type: 'fake' });
+    await broker.runUntilIdle();
+    await acquiring;
+    expect(seen.map((e) => e.type)).toEqual(expect.arrayContaining(['lease.queued', 'lease.acquired', 'lease.activated']));
+    expectRendered(seen);
+    await broker.close();
+  });
+});
