@@ -169,7 +169,8 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
       await store.lockSlots(u, 'lease', lease.id, slots);
       const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
       await store.casLease(u, lease.id, 'pending', 'acquired', { resource_id: resource.id, allocating_resource_id: null, wait_log_id: null, attributes });
-      if (row.reserved_for === lease.id) await u.sql.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1`, [resource.id]);
+      // The resource is no longer idle: its idle clock restarts when its last lease is gone.
+      await u.sql.query(`UPDATE ${store.s}.resources SET idle_since = NULL, reserved_for = NULLIF(reserved_for, $2) WHERE id = $1`, [resource.id, lease.id]);
       // The resource may take more leases (shared slots): the next waiter gets a look now,
       // and passes the wake on in turn, instead of waiting for its recheck.
       await store.wakeNextWaiting(u, [resource.type], [blueprint.name], { priority: lease.priority, seq: lease.seq });
@@ -183,7 +184,18 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
     return 'progress';
   } catch (error) {
     if (!(error instanceof SlotLockConflictError)) throw error;
-    await store.unit((u) => store.log(u, { type: 'lease.slot-lock-failure', data: { keys: error.keys, resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }));
+    const data = { keys: error.keys, resource: resource.id };
+    await store.unit(async (u) => {
+      // Invariant 5: the same conflict seen again on a recheck bumps its row instead of writing a new one.
+      const [last] = await u.sql.query(
+        `SELECT id, data FROM ${store.s}.logs WHERE lease_id = $1 AND type = 'lease.slot-lock-failure' AND at >= $2 ORDER BY id DESC LIMIT 1`,
+        [lease.id, toDb(lease.statusChangedAt)],
+      );
+      const same = last !== undefined && last.data?.resource === data.resource && JSON.stringify(last.data?.keys) === JSON.stringify(data.keys);
+      if (!(same && (await store.bumpLog(u, Number(last.id), data)))) {
+        await store.log(u, { type: 'lease.slot-lock-failure', data, lease: lease.id, resource: resource.id, blueprint: blueprint.name });
+      }
+    });
     reasons.push(`slot locks ${error.keys.join(', ')} are held`);
     return 'no';
   }
