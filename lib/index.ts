@@ -22,4 +22,5 @@ export {
 } from './model/states.js';
 export type { LeaseStatus, ResourceStatus } from './model/states.js';
 export type { DatabaseOptions } from './store/open.js';
+export { parseDuration, parseDateTime } from './time.js';
 export type { DurationInput, DateTimeInput } from './time.js';

@@ -3,16 +3,9 @@ import { internals } from '../lib/broker.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, testBroker, track } from './helpers/broker.js';
 import { postgresAvailable, startPostgres } from './helpers/postgres.js';
+import { gate } from './helpers/pump.js';
 
 guardBrokers();
-
-function gate() {
-  let open!: () => void;
-  const opened = new Promise<void>((resolve) => (open = resolve));
-  let entered!: () => void;
-  const reached = new Promise<void>((resolve) => (entered = resolve));
-  return { wait: () => (entered(), opened), open, reached };
-}
 
 // Invariant 2: no lock or transaction is held across a blueprint call.
 describe('no transaction across a hook', () => {

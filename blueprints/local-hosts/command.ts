@@ -1,8 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
-import { Duration } from 'luxon';
-import { AbortError, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { AbortError, parseDuration, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
 import { CommandStartError } from './command-error.js';
 
 /** After a timeout or an abort, how long a process has to exit on SIGTERM before it gets SIGKILL. */
@@ -153,18 +152,8 @@ function checkOptions(options: unknown): CommandOptions & { timeoutMs?: number }
  * clock: it bounds a real process, which a test's manual clock would otherwise let run forever.
  */
 function timeoutMs(value: unknown): number {
-  let duration: Duration;
-  try {
-    if (Duration.isDuration(value)) duration = value;
-    else if (typeof value === 'number') duration = Duration.fromMillis(value);
-    else if (typeof value === 'string') duration = Duration.fromISO(value);
-    else if (value !== null && typeof value === 'object') duration = Duration.fromObject(value as Record<string, number>);
-    else throw new Error('not a duration');
-  } catch (error) {
-    throw new ValidationError('options.timeout', `is not a duration (${JSON.stringify(value) ?? String(value)}); use a luxon Duration, { seconds: 30 }, "PT30S" or milliseconds`, { cause: error });
-  }
-  const ms = duration.toMillis();
-  if (!duration.isValid || !Number.isFinite(ms) || ms <= 0) throw new ValidationError('options.timeout', `must be a positive duration (got ${JSON.stringify(value) ?? String(value)})`);
+  const ms = parseDuration(value, 'options.timeout').toMillis();
+  if (ms <= 0) throw new ValidationError('options.timeout', `must be a positive duration (got ${JSON.stringify(value) ?? String(value)})`);
   return ms;
 }
 

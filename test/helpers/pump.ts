@@ -20,7 +20,10 @@ export async function pump<T>(broker: TestBroker, promise: Promise<T>, ms = 20_0
 export function gate() {
   let open!: () => void;
   const promise = new Promise<void>((r) => (open = r));
-  return { wait: () => promise, open };
+  let entered!: () => void;
+  /** Resolves once the hook has reached the gate. */
+  const reached = new Promise<void>((r) => (entered = r));
+  return { wait: () => (entered(), promise), open, reached };
 }
 
 /** Lets the workers run on real time (sweeps and pokes) without waiting for idle: for when a hook is blocked. */
