@@ -283,3 +283,19 @@ describe('one allocation in flight per pending lease', () => {
     await broker.close();
   });
 });
+
+// Invariant 5 (bounded mess): a blueprint that refuses the very resource it built for a
+// lease must not make the allocator reclaim and rebuild it forever.
+describe('no reclaim churn', () => {
+  test('maxResources 1 and a canAcquireLease that always refuses: one resource is built, the lease waits', async () => {
+    const bp = fakeBlueprint({ name: 'refuser', limits: { maxResources: 1 }, answers: { canAcquireLease: () => false } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const handle = await broker.requestLease({ type: 'fake' });
+    await broker.runUntilIdle();
+    await broker.advance({ seconds: 31 });
+    await broker.advance({ seconds: 31 });
+    expect(bp.calls.allocateResource).toBe(1);
+    expect(await handle.status()).toBe('pending');
+    await broker.close();
+  });
+});

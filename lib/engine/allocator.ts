@@ -250,8 +250,11 @@ async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
          AND r.idle_since IS NOT NULL AND r.idle_since <= $2
          AND NOT EXISTS (SELECT 1 FROM ${store.s}.leases l WHERE l.resource_id = r.id AND l.status <> 'destroyed')
          AND NOT EXISTS (SELECT 1 FROM ${store.s}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL)
+         -- Never reclaim a resource built for this very lease: refusing it and then
+         -- rebuilding it would churn without end.
+         AND NOT EXISTS (SELECT 1 FROM ${store.s}.logs g WHERE g.lease_id = $3 AND g.resource_id = r.id AND g.type = 'resource.allocating')
        ORDER BY r.idle_since, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED`,
-      [blueprint.name, toDb(idleBefore)],
+      [blueprint.name, toDb(idleBefore), lease.id],
     );
     if (!rows[0]) return null;
     const id = rows[0].id as string;
