@@ -366,8 +366,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     clock,
     async acquire(spec) {
       const handle = await requestLease(spec);
-      const normalized = normalizeSpec(spec);
-      return handle.whenActive({ timeout: normalized.timeout ?? undefined, signal: normalized.signal });
+      return handle.whenActive();
     },
     requestLease,
     release: (id, o = {}) => writeCommand('lease', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null),

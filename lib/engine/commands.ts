@@ -1,6 +1,5 @@
 import { LEASE_STATE_FLAGS, RESOURCE_STATE_FLAGS, type ObjectKind } from '../model/states.js';
 import type { CommandRow, LeaseRow, ResourceRow, Unit } from '../store/store.js';
-import { afterLeaseLeftLive } from './lease-worker.js';
 import type { Runtime } from './runtime.js';
 
 /**
@@ -43,7 +42,7 @@ async function applyToLease(rt: Runtime, u: Unit, lease: LeaseRow, command: Comm
     await store.casLease(u, lease.id, lease.status, 'broken', { broken_reason: reason });
     await store.log(u, { type: 'lease.broken', data: { reason }, lease: lease.id });
   }
-  await afterLeaseLeftLive(rt, u, lease);
+  await store.leaseLeftLive(u, lease);
   await store.consume(u, command.id, 'applied');
 }
 

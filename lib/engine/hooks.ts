@@ -1,6 +1,6 @@
 import type { DateTime } from 'luxon';
 import type { Blueprint, LeaseView, ResourceView } from '../blueprint/contract.js';
-import { HookError, describeThrown } from '../errors/hook-error.js';
+import { HookError } from '../errors/hook-error.js';
 import { RetryLater } from '../errors/retry-later.js';
 import type { JsonObject } from '../model/spec.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
@@ -63,8 +63,4 @@ export function baseContext(rt: Runtime, blueprint: Blueprint<any, any, any>, ta
       await rt.store.unit((u) => rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null }));
     },
   };
-}
-
-export function describeError(error: unknown): string {
-  return describeThrown(error);
 }

@@ -49,10 +49,8 @@ export async function processLease(rt: Runtime, claim: LeaseClaim): Promise<Outc
         if (result === 'progress') continue;
         return result;
       }
-      case 'active': {
-        const next = [lease.expiresAt].filter((d) => d !== null);
-        return next.length ? at(next[0]!) : PARK;
-      }
+      case 'active':
+        return lease.expiresAt ? at(lease.expiresAt) : PARK;
       case 'released':
       case 'broken':
         return destroy(rt, lease, claim);
@@ -69,18 +67,8 @@ async function release(rt: Runtime, lease: LeaseRow, type: 'lease.expired' | 'le
     await store.casLease(u, lease.id, lease.status, 'released');
     await store.log(u, { type, data, lease: lease.id });
     await store.log(u, { type: 'lease.released', data: { reason, author: null }, lease: lease.id });
-    await afterLeaseLeftLive(rt, u, lease);
+    await store.leaseLeftLive(u, lease);
   });
-}
-
-/** Bookkeeping when a lease stops being live: a reservation it held frees its resource for the next waiter. */
-export async function afterLeaseLeftLive(rt: Runtime, u: import('../store/store.js').Unit, lease: LeaseRow) {
-  const { store } = rt;
-  if (lease.allocatingResourceId) {
-    const freed = await u.sql.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2 RETURNING type, blueprint`, [lease.allocatingResourceId, lease.id]);
-    if (freed[0]) await store.wakeNextWaiting(u, [freed[0].type], [freed[0].blueprint]);
-  }
-  if (lease.resourceId) await store.wake(u, 'resource', [lease.resourceId]);
 }
 
 function blueprintOf(rt: Runtime, resource: ResourceRow | null): Blueprint<any, any, any> | undefined {
@@ -164,7 +152,7 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim): Promise
     await store.casLease(u, lease.id, lease.status, 'destroyed', { phase: null, phase_attempts: 0 });
     await store.releaseSlots(u, 'lease', lease.id);
     await store.log(u, { type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null });
-    await afterLeaseLeftLive(rt, u, lease);
+    await store.leaseLeftLive(u, lease);
     if (resource && blueprint) await store.handOff(u, resource.id, blueprint.type, blueprint.name);
   });
   return DELETE;

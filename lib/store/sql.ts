@@ -31,7 +31,7 @@ export function statements(schema: string) {
         LIMIT $2
         FOR UPDATE SKIP LOCKED
       )
-      UPDATE ${S}.work_items w SET claimed_by = $3, claim_expires_at = $5, attempts = w.attempts
+      UPDATE ${S}.work_items w SET claimed_by = $3, claim_expires_at = $5
       FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
       RETURNING w.object_kind, w.object_id, w.wake_count, w.chained, w.attempts, w.claim_expires_at`,
 

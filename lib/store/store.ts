@@ -257,6 +257,15 @@ export class Store {
     return next;
   }
 
+  /** Bookkeeping when a lease stops being live: a reservation it held frees its resource for the next waiter, and its resource looks again. */
+  async leaseLeftLive(unit: Unit, lease: LeaseRow): Promise<void> {
+    if (lease.allocatingResourceId) {
+      const freed = await unit.sql.query(`UPDATE ${this.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2 RETURNING type, blueprint`, [lease.allocatingResourceId, lease.id]);
+      if (freed[0]) await this.wakeNextWaiting(unit, [freed[0].type], [freed[0].blueprint]);
+    }
+    if (lease.resourceId) await this.wake(unit, 'resource', [lease.resourceId]);
+  }
+
   async command(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject = {}, author: string | null = null): Promise<void> {
     await unit.sql.query(this.sql.insertCommand, [kind, id, command, JSON.stringify(data), author, toDb(unit.now)]);
     // An upsert, not a wake: if the object's work item was just deleted (it reached
