@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { Duration, type DateTime } from 'luxon';
 import { defineBlueprintCheck } from './blueprint/registry.js';
@@ -20,6 +21,7 @@ import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from './model/le
 import { normalizeSpec, type LeaseSpec, type NormalizedSpec } from './model/spec.js';
 import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATUSES, type LeaseStatus, type ResourceStatus } from './model/states.js';
 import type { Db } from './store/db.js';
+import { channelFor, Listener } from './store/notifier.js';
 import { checkDatabaseOptions, openDatabase, type DatabaseOptions } from './store/open.js';
 import { mapLease, mapResource, Store, type LeaseRow, type Unit } from './store/store.js';
 import { fromDb, parseDuration, toDb, type DurationInput } from './time.js';
@@ -142,7 +144,11 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   if (sweepInterval.toMillis() < 10) throw new ValidationError('sweepInterval', 'must be at least 10 ms');
   if (claimTtl.toMillis() < 100) throw new ValidationError('claimTtl', 'must be at least 100 ms');
 
-  const db = await openDatabase(database);
+  const db = await openDatabase(database, (state, error) =>
+    state === 'lost'
+      ? logger.warn({ err: error }, 'slipway: the database is unreachable; retrying')
+      : logger.info({}, 'slipway: the database answers again'),
+  );
   const events = new BrokerEventBus();
   const abort = new AbortController();
   let engine: Engine | null = null;
@@ -167,8 +173,36 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     for (const l of unit.logs) events.emit('log', toLogEntry(l));
     if (unit.woke) engine?.poke();
   };
-  const store = new Store(db, clock, afterCommit);
   const workerId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const channel = channelFor(db.schema);
+  const store = new Store(db, clock, afterCommit, db.embedded ? undefined : { channel, from: workerId });
+  // Hints from other brokers on the same schema (LISTEN/NOTIFY): wake the workers, re-read watched leases.
+  const leaseHints = new EventEmitter();
+  leaseHints.setMaxListeners(0);
+  const listener =
+    'url' in database
+      ? new Listener({
+          url: database.url,
+          channel,
+          applicationName: database.applicationName ?? 'slipway',
+          onHint(hint) {
+            if (hint.from === workerId) return;
+            if (hint.work) engine?.poke();
+            if (hint.leases === null) leaseHints.emit('*');
+            else for (const id of hint.leases) leaseHints.emit(id);
+          },
+          onConnected(again) {
+            if (!again) return;
+            logger.info({}, 'slipway: LISTEN connection is back');
+            engine?.poke();
+            leaseHints.emit('*');
+          },
+          onLost(error, retryInMs) {
+            logger.warn({ err: error, retryInMs }, 'slipway: LISTEN connection lost; reconnecting (the sweep covers the gap)');
+          },
+        })
+      : null;
+  if (listener) await listener.start();
 
   const runtime: Runtime = {
     store,
@@ -291,6 +325,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         }
       };
       cleanups.push(events.on('lease', (e) => e.id === id && void check()));
+      const onHint = () => void check();
+      leaseHints.on(id, onHint).on('*', onHint);
+      cleanups.push(() => leaseHints.off(id, onHint).off('*', onHint));
       const poll = setInterval(() => void check(), Math.max(50, sweepInterval.toMillis()));
       poll.unref();
       cleanups.push(() => clearInterval(poll));
@@ -419,6 +456,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       const grace = o.grace === undefined ? closeGrace : parseDuration(o.grace, 'grace');
       if (engine) await engine.stop(grace);
       abort.abort(new BrokerClosedError());
+      await listener?.stop();
       await db.execute(store.sql.releaseClaims, [workerId]).catch(() => undefined);
       await db.close();
     },

@@ -123,13 +123,13 @@ async function ourDb(): Promise<Db> {
   const pglite = await PGlite.create();
   const dataSource = new DataSource({ type: 'postgres', driver: pgliteDriver(pglite), installExtensions: false });
   await dataSource.initialize();
-  return createDb(dataSource, 'public', true, () => pglite.close());
+  return createDb(dataSource, 'public', { embedded: true, onClose: () => pglite.close() });
 }
 
 async function typeormPgliteDb(): Promise<Db> {
   const dataSource = new DataSource({ type: 'postgres', driver: new PGliteDriver().driver, installExtensions: false });
   await dataSource.initialize();
-  return createDb(dataSource, 'public', true);
+  return createDb(dataSource, 'public', { embedded: true });
 }
 
 // DESIGN "Storage": typeorm-pglite lets concurrent transactions interleave on PGlite's one session and shares one

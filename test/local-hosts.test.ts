@@ -7,6 +7,7 @@ import { CommandStartError, localHosts } from '../blueprints/index.js';
 import { SlotPicker } from '../blueprints/local-hosts/slot-picker.js';
 import { AbortError, createBroker, ValidationError, type Broker, type CommandOptions, type Lease } from '../lib/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
+import { testDatabase } from './helpers/tier.js';
 
 guardBrokers();
 
@@ -20,10 +21,10 @@ afterAll(async () => {
   await rm(scratch, { recursive: true, force: true });
 });
 
-/** A real broker (real clock, real processes) on the embedded database. */
+/** A real broker (real clock, real processes) on this run's tier. */
 async function realBroker(slots: number, name = 'local'): Promise<Broker> {
   const root = await mkdtemp(join(scratch, 'root-'));
-  return createBroker({ blueprints: [localHosts({ name, config: { slots, root } })], sweepInterval: { milliseconds: 100 } });
+  return createBroker({ database: testDatabase(), blueprints: [localHosts({ name, config: { slots, root } })], sweepInterval: { milliseconds: 100 } });
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -2,7 +2,8 @@ import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
 import { ValidationError } from '../errors/validation-error.js';
-import { createDb, type Db } from './db.js';
+import { parseDuration, type DurationInput } from '../time.js';
+import { createDb, type Db, type DbOptions } from './db.js';
 import { pgliteDriver } from './embedded-driver.js';
 import { migrate } from './migrate.js';
 import { quoteIdent } from './sql.js';
@@ -25,8 +26,15 @@ export type DatabaseOptions =
       schema?: string;
       /** Create the schema and run migrations on start. @defaultValue true */
       migrate?: boolean;
-      /** Pool size. @defaultValue 10 */
+      /** Connections in the pool for claims and units of work; the broker opens one more for LISTEN. @defaultValue 10 */
       poolSize?: number;
+      /**
+       * How long a statement keeps retrying while the server is unreachable (a restart,
+       * a failover) before the error surfaces. @defaultValue 60 seconds
+       */
+      reconnectTimeout?: DurationInput;
+      /** `application_name` of every connection, as seen in `pg_stat_activity`. @defaultValue 'slipway' */
+      applicationName?: string;
     };
 
 export function checkDatabaseOptions(options: unknown): DatabaseOptions {
@@ -42,6 +50,14 @@ export function checkDatabaseOptions(options: unknown): DatabaseOptions {
   }
   if ('url' in o) {
     if (typeof o.url !== 'string' || !/^postgres(ql)?:\/\//.test(o.url)) throw new ValidationError('database.url', 'must be a postgres:// connection string');
+    if (o.poolSize !== undefined && !(Number.isInteger(o.poolSize) && (o.poolSize as number) >= 1 && (o.poolSize as number) <= 1000)) {
+      throw new ValidationError('database.poolSize', 'must be an integer from 1 to 1000');
+    }
+    if (o.reconnectTimeout !== undefined) parseDuration(o.reconnectTimeout as DurationInput, 'database.reconnectTimeout');
+    if (o.applicationName !== undefined && (typeof o.applicationName !== 'string' || o.applicationName.length > 63)) {
+      throw new ValidationError('database.applicationName', 'must be a string of at most 63 characters');
+    }
+    if (o.migrate !== undefined && typeof o.migrate !== 'boolean') throw new ValidationError('database.migrate', 'must be a boolean');
     return o as DatabaseOptions;
   }
   if (o.embedded !== true) throw new ValidationError('database.embedded', 'must be true (or give database.url)');
@@ -57,7 +73,7 @@ async function embeddedDb(pglite: PGlite, schema: string): Promise<Db> {
     await pglite.close();
     throw error;
   }
-  return createDb(dataSource, schema, true, () => pglite.close());
+  return createDb(dataSource, schema, { embedded: true, onClose: () => pglite.close() });
 }
 
 /**
@@ -87,13 +103,23 @@ function migratedTemplate(schema: string): Promise<Blob> {
 }
 
 /** Opens the database and brings its schema up to date. Every embedded broker gets its own PGlite instance. */
-export async function openDatabase(options: DatabaseOptions): Promise<Db> {
+export async function openDatabase(options: DatabaseOptions, onOutage?: DbOptions['onOutage']): Promise<Db> {
   const schema = options.schema ?? 'slipway';
   let db: Db;
   if ('url' in options) {
-    const dataSource = new DataSource({ type: 'postgres', url: options.url, driver: pg, poolSize: options.poolSize ?? 10, installExtensions: false });
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: options.url,
+      driver: pg,
+      poolSize: options.poolSize ?? 10,
+      applicationName: options.applicationName ?? 'slipway',
+      installExtensions: false,
+      // Tell a dead server apart from a slow one; a unit of work is short by design.
+      connectTimeoutMS: 10_000,
+    });
     await dataSource.initialize();
-    db = createDb(dataSource, schema, false);
+    const reconnectFor = options.reconnectTimeout === undefined ? 60_000 : parseDuration(options.reconnectTimeout, 'database.reconnectTimeout').toMillis();
+    db = createDb(dataSource, schema, { embedded: false, reconnectFor, onOutage });
   } else {
     const pglite = options.dataDir
       ? await PGlite.create({ dataDir: options.dataDir })

@@ -9,6 +9,7 @@ import type { JsonObject } from '../model/spec.js';
 import { isLegalTransition, type LeaseStatus, type ObjectKind, type ResourceStatus } from '../model/states.js';
 import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
+import { encodeHint } from './notifier.js';
 import { quoteIdent, statements, type Statements } from './sql.js';
 
 export interface LeaseRow extends LeaseRecord {
@@ -117,6 +118,8 @@ export class Store {
     readonly db: Db,
     private readonly clock: Clock,
     private readonly afterCommit: (unit: Unit) => void,
+    /** On a shared server: NOTIFY the other brokers of the schema inside each unit that woke work or moved a lease. */
+    private readonly notify?: { channel: string; from: string },
   ) {
     this.sql = statements(db.schema);
     this.s = quoteIdent(db.schema);
@@ -128,6 +131,11 @@ export class Store {
     const result = await this.db.transaction(async (sql) => {
       const unit: Unit = { sql, now: this.clock.now(), events: [], logs: [], woke: false };
       const value = await work(unit);
+      const leases = unit.events.filter((e) => e.kind === 'lease').map((e) => e.id);
+      if (this.notify && (unit.woke || leases.length > 0)) {
+        // Transactional: delivered at COMMIT, never for a unit that rolled back.
+        await sql.query(`SELECT pg_notify($1, $2)`, [this.notify.channel, encodeHint({ from: this.notify.from, work: unit.woke, leases: [...new Set(leases)] })]);
+      }
       done = unit;
       return value;
     });

@@ -1,14 +1,15 @@
 import { internals, type Broker } from '../../lib/broker.js';
 import { createTestBroker, type TestBroker } from '../../lib/testing/index.js';
+import { testDatabase } from './tier.js';
 
 const open = new Set<Broker>();
 
 /**
- * A test broker that the leak guard closes and reports: a test that leaves a broker
+ * A test broker on this run's tier (a fresh database each), that the leak guard closes and reports: a test that leaves a broker
  * running fails (see `afterEach` in each file via `guardBrokers()`).
  */
 export async function testBroker(options: Parameters<typeof createTestBroker>[0] = {}): Promise<TestBroker> {
-  return track(await createTestBroker(options));
+  return track(await createTestBroker({ database: testDatabase(), ...options }));
 }
 
 /** Registers a broker with the leak guard; closing it unregisters it. */

@@ -1,0 +1,17 @@
+/**
+ * Errors that mean "the connection to the server is gone or not there yet", as
+ * opposed to errors of the statement itself. Only these are retried.
+ */
+const NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+// 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now; class 08 is connection_exception.
+const SQLSTATES = new Set(['57P01', '57P02', '57P03']);
+const MESSAGES = [/connection terminated/i, /not queryable/i, /connection (?:is )?(?:closed|ended)/i, /terminating connection/i, /the database system is (?:starting up|shutting down|in recovery mode)/i, /server closed the connection/i];
+
+export function isConnectionError(error: unknown): boolean {
+  for (let e: any = error, depth = 0; e && depth < 4; e = e.driverError ?? e.cause, depth++) {
+    const code = typeof e.code === 'string' ? e.code : '';
+    if (NODE_CODES.has(code) || SQLSTATES.has(code) || code.startsWith('08')) return true;
+    if (typeof e.message === 'string' && MESSAGES.some((m) => m.test(e.message))) return true;
+  }
+  return false;
+}

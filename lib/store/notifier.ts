@@ -1,0 +1,125 @@
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+
+/** What one committed unit of work tells the other brokers on the same schema. */
+export interface Hint {
+  /** The workerId of the broker that wrote it. */
+  from: string;
+  /** Work became due: look for work now. */
+  work: boolean;
+  /** Leases whose status changed; `null` when there were too many to list (look at every watched lease). */
+  leases: string[] | null;
+}
+
+/** Postgres caps a NOTIFY payload at 8000 bytes; stay well under it. */
+const MAX_PAYLOAD = 7_000;
+
+/** The NOTIFY channel of a schema: every broker on that schema listens on it. */
+export function channelFor(schema: string): string {
+  const name = `slipway_${schema}`;
+  return name.length <= 63 ? name : `slipway_${createHash('sha1').update(schema).digest('hex').slice(0, 40)}`;
+}
+
+export function encodeHint(hint: Hint): string {
+  const full = JSON.stringify({ f: hint.from, w: hint.work ? 1 : 0, l: hint.leases });
+  return Buffer.byteLength(full) <= MAX_PAYLOAD ? full : JSON.stringify({ f: hint.from, w: hint.work ? 1 : 0, l: null });
+}
+
+export function decodeHint(payload: string | undefined): Hint | null {
+  try {
+    const p = JSON.parse(payload ?? '');
+    return { from: String(p.f), work: p.w === 1, leases: Array.isArray(p.l) ? p.l.map(String) : null };
+  } catch {
+    return null;
+  }
+}
+
+export interface ListenerOptions {
+  url: string;
+  channel: string;
+  applicationName: string;
+  onHint(hint: Hint): void;
+  /** After every (re)connect: notifications sent while disconnected are gone, so look at everything. */
+  onConnected(again: boolean): void;
+  onLost(error: unknown, retryInMs: number): void;
+}
+
+/**
+ * LISTEN on one dedicated connection (a pooled connection cannot hold a LISTEN).
+ * When it drops it reconnects with capped exponential backoff; the periodic sweep
+ * covers the gap. Hints only make brokers look sooner: the work itself is rows.
+ */
+export class Listener {
+  private client: pg.Client | null = null;
+  private stopped = false;
+  private timer: NodeJS.Timeout | undefined;
+  private delay = 100;
+  private connectedOnce = false;
+  private ready: Promise<void> | undefined;
+
+  constructor(private readonly options: ListenerOptions) {}
+
+  /** Connects the first time; resolves once listening (or after the first failure, with retries scheduled). */
+  start(): Promise<void> {
+    this.ready ??= this.connect();
+    return this.ready;
+  }
+
+  private async connect(): Promise<void> {
+    if (this.stopped) return;
+    const client = new pg.Client({ connectionString: this.options.url, application_name: this.options.applicationName, connectionTimeoutMillis: 10_000, keepAlive: true });
+    let failed = false;
+    const lost = (error: unknown) => {
+      if (failed) return;
+      failed = true;
+      if (this.client === client) this.client = null;
+      client.removeAllListeners('notification');
+      void client.end().catch(() => undefined);
+      if (this.stopped) return;
+      const wait = this.delay;
+      this.delay = Math.min(this.delay * 2, 5_000);
+      this.options.onLost(error, wait);
+      this.timer = setTimeout(() => void this.connect(), wait);
+      this.timer.unref();
+    };
+    client.on('error', lost);
+    client.on('end', () => lost(new Error('the LISTEN connection ended')));
+    client.on('notification', (message) => {
+      if (message.channel !== this.options.channel) return;
+      const hint = decodeHint(message.payload);
+      if (hint) this.options.onHint(hint);
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN "${this.options.channel}"`);
+    } catch (error) {
+      lost(error);
+      return;
+    }
+    if (this.stopped) {
+      await client.end().catch(() => undefined);
+      return;
+    }
+    this.client = client;
+    this.delay = 100;
+    const again = this.connectedOnce;
+    this.connectedOnce = true;
+    this.options.onConnected(again);
+  }
+
+  get listening(): boolean {
+    return this.client !== null;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    const client = this.client;
+    this.client = null;
+    if (client) {
+      client.removeAllListeners();
+      client.on('error', () => undefined);
+      await client.end().catch(() => undefined);
+    }
+  }
+}
