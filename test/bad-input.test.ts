@@ -6,10 +6,11 @@ import { guardBrokers, testBroker, track } from './helpers/broker.js';
 guardBrokers();
 
 async function counts(broker: Broker) {
-  const { db } = internals.get(broker)!;
+  const { db, runtime } = internals.get(broker)!;
+  const s = runtime.store.s;
   const [row] = await db.query(
-    `SELECT (SELECT count(*)::int FROM slipway.leases) AS leases, (SELECT count(*)::int FROM slipway.logs) AS logs,
-            (SELECT count(*)::int FROM slipway.work_items) AS work, (SELECT count(*)::int FROM slipway.resources) AS resources`,
+    `SELECT (SELECT count(*)::int FROM ${s}.leases) AS leases, (SELECT count(*)::int FROM ${s}.logs) AS logs,
+            (SELECT count(*)::int FROM ${s}.work_items) AS work, (SELECT count(*)::int FROM ${s}.resources) AS resources`,
   );
   return row;
 }

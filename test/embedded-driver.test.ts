@@ -6,11 +6,12 @@ import { fakeBlueprint } from '../lib/testing/index.js';
 import { createDb, type Db } from '../lib/store/db.js';
 import { pgliteDriver } from '../lib/store/embedded-driver.js';
 import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
+import { describeOnEmbedded } from './helpers/tier.js';
 
 guardBrokers();
 
 // DESIGN "Storage": the embedded driver gives each broker its own database and runs one unit of work at a time.
-describe('every embedded broker has its own PGlite database', () => {
+describeOnEmbedded('every embedded broker has its own PGlite database', () => {
   test('two in-memory brokers: a lease in one is invisible in the other', async () => {
     const one = await testBroker({ blueprints: [fakeBlueprint({ name: 'f' })] });
     const two = await testBroker({ blueprints: [fakeBlueprint({ name: 'f' })] });
@@ -40,7 +41,7 @@ describe('every embedded broker has its own PGlite database', () => {
 });
 
 // Invariant 3 (nothing lost) under concurrency on the one PGlite session.
-describe('one embedded broker under 50 concurrent flows', () => {
+describe('one broker under 50 concurrent flows', () => {
   test('50 concurrent acquire/release flows lose no write: every lease destroyed, exact log counts, no engine errors', async () => {
     const bp = fakeBlueprint({ name: 'f', delays: { activateLease: 2, releaseLease: 2 } });
     const broker = await testBroker({ blueprints: [bp], workers: { concurrency: 8 } });
@@ -69,8 +70,8 @@ describe('one embedded broker under 50 concurrent flows', () => {
     expect(bp.calls.activateLease).toBe(N);
     expect(bp.calls.destroyLease).toBe(N);
     expect(engineErrors(broker)).toEqual([]);
-    const { db } = internals.get(broker)!;
-    expect(await db.query(`SELECT * FROM slipway.work_items WHERE object_kind = 'lease'`)).toEqual([]);
+    const { db, runtime } = internals.get(broker)!;
+    expect(await db.query(`SELECT * FROM ${runtime.store.s}.work_items WHERE object_kind = 'lease'`)).toEqual([]);
     await broker.close();
   });
 });
@@ -135,7 +136,7 @@ async function typeormPgliteDb(): Promise<Db> {
 // DESIGN "Storage": typeorm-pglite lets concurrent transactions interleave on PGlite's one session and shares one
 // global instance per process; "a test must prove both" that our driver does neither. The workload below is exact on
 // lib/store/embedded-driver.ts and fails on typeorm-pglite as it is.
-describe('the embedded driver against typeorm-pglite', () => {
+describeOnEmbedded('the embedded driver against typeorm-pglite', () => {
   test('our pgliteDriver: concurrent transactions are serialized, every increment counts, a rollback leaves nothing', async () => {
     const db = await ourDb();
     try {

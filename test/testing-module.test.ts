@@ -158,7 +158,8 @@ describe('ManualClock', () => {
 
 describe('createTestBroker', () => {
   test('is embedded and in memory, with a ManualClock that does not move by itself', async () => {
-    const broker = await testBroker({ blueprints: [fakeBlueprint({ name: 'f' })] });
+    // createTestBroker itself, not the tier's testBroker(): its default is what users get.
+    const broker = track(await createTestBroker({ blueprints: [fakeBlueprint({ name: 'f' })] }));
     const { db, engine } = internals.get(broker)!;
     expect(db.embedded).toBe(true);
     expect(engine).not.toBeNull();
@@ -169,7 +170,7 @@ describe('createTestBroker', () => {
     await broker.requestLease({ type: 'fake' });
     await broker.close();
     // in memory: a second test broker starts empty
-    const fresh = await testBroker({ blueprints: [fakeBlueprint({ name: 'f' })] });
+    const fresh = track(await createTestBroker({ blueprints: [fakeBlueprint({ name: 'f' })] }));
     expect(await fresh.leases.list()).toEqual([]);
     await fresh.close();
   });

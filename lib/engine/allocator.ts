@@ -162,8 +162,10 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
   if (!acquired.ok) return hookTrouble(rt, lease, acquired);
   try {
     const done = await store.unit(async (u) => {
-      // FOR SHARE: the resource cannot leave `active` until this acquisition commits.
-      const current = await u.sql.query(`SELECT status, reserved_for FROM ${store.s}.resources WHERE id = $1 FOR SHARE`, [resource.id]);
+      // The row lock keeps the resource `active` until this acquisition commits. It is an
+      // update lock, not FOR SHARE: this unit updates the row below, and two acquisitions
+      // that both held a share lock would deadlock upgrading it (seen on Postgres).
+      const current = await u.sql.query(`SELECT status, reserved_for FROM ${store.s}.resources WHERE id = $1 FOR NO KEY UPDATE`, [resource.id]);
       const row = current[0];
       if (!row || row.status !== 'active' || (row.reserved_for && row.reserved_for !== lease.id)) return false;
       await store.lockSlots(u, 'lease', lease.id, slots);
@@ -171,9 +173,11 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
       await store.casLease(u, lease.id, 'pending', 'acquired', { resource_id: resource.id, allocating_resource_id: null, wait_log_id: null, attributes });
       // The resource is no longer idle: its idle clock restarts when its last lease is gone.
       await u.sql.query(`UPDATE ${store.s}.resources SET idle_since = NULL, reserved_for = NULLIF(reserved_for, $2) WHERE id = $1`, [resource.id, lease.id]);
-      // The resource may take more leases (shared slots): the next waiter gets a look now,
-      // and passes the wake on in turn, instead of waiting for its recheck.
-      await store.wakeNextWaiting(u, [resource.type], [blueprint.name], { priority: lease.priority, seq: lease.seq });
+      // The resource may take more leases (shared slots): the best waiter gets a look now,
+      // and passes the wake on in turn, instead of waiting for its recheck. Any waiter, not
+      // only those ranked after this lease: with concurrent workers a later lease can win
+      // the allocation while an earlier one parked as "full" (seen on Postgres).
+      await store.wakeNextWaiting(u, [resource.type], [blueprint.name]);
       await store.log(u, { type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name });
       return true;
     });

@@ -178,6 +178,8 @@ export class Engine {
   async runUntilIdle(): Promise<void> {
     for (let round = 0; round < 10_000; round++) {
       if (this.stopped) throw new Error('runUntilIdle: the broker is closed');
+      // A request whose insert is still on its way (a parallel connection on Postgres) counts as work.
+      await this.rt.store.settled();
       this.poke();
       await new Promise<void>((resolve) => {
         this.idleWaiters.push(resolve);

@@ -125,8 +125,23 @@ export class Store {
     this.s = quoteIdent(db.schema);
   }
 
+  private readonly running = new Set<Promise<unknown>>();
+
+  /** Resolves once every unit of work started before the call has committed or failed. */
+  async settled(): Promise<void> {
+    while (this.running.size > 0) await Promise.allSettled([...this.running]);
+  }
+
   /** Runs one short unit of work; announces its status changes and logs after commit. */
-  async unit<T>(work: (unit: Unit) => Promise<T>): Promise<T> {
+  unit<T>(work: (unit: Unit) => Promise<T>): Promise<T> {
+    const running = this.runUnit(work);
+    this.running.add(running);
+    const forget = () => void this.running.delete(running);
+    running.then(forget, forget);
+    return running;
+  }
+
+  private async runUnit<T>(work: (unit: Unit) => Promise<T>): Promise<T> {
     let done: Unit | undefined;
     const result = await this.db.transaction(async (sql) => {
       const unit: Unit = { sql, now: this.clock.now(), events: [], logs: [], woke: false };
