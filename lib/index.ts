@@ -3,6 +3,8 @@ export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, Lea
 export type { BrokerEvents, LeaseEvent, ResourceEvent } from './broker-events.js';
 export { defineBlueprint, defaultAllocationLimit } from './blueprint/define-blueprint.js';
 export type * from './blueprint/contract.js';
+export { HOOKS } from './blueprint/timeouts.js';
+export type { HookName, HookTimeouts } from './blueprint/timeouts.js';
 export { systemClock } from './clock.js';
 export type { Clock } from './clock.js';
 export type { Logger } from './engine/runtime.js';
@@ -22,5 +24,6 @@ export {
 } from './model/states.js';
 export type { LeaseStatus, ResourceStatus } from './model/states.js';
 export type { DatabaseOptions } from './store/open.js';
+export type { GcResult } from './store/gc.js';
 export { parseDuration, parseDateTime } from './time.js';
 export type { DurationInput, DateTimeInput } from './time.js';

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fakeBlueprint, type FakeBlueprint, type FakeHook, type TestBroker } from '../lib/testing/index.js';
 import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
+import { describeOnEmbedded } from './helpers/tier.js';
 
 guardBrokers();
 
@@ -43,7 +44,7 @@ const resumed = (bp: FakeBlueprint, hook: FakeHook, id: string) => bp.history.fi
 
 // Invariant 4 (a dead worker's work is resumed) and invariant 3 (nothing required lives only in memory):
 // the intent of each hook is recorded before the call, so a broker that stops in the middle of it is finished by the next.
-describe('close in the middle of a hook, then a new broker on the same dataDir', () => {
+describeOnEmbedded('close in the middle of a hook, then a new broker on the same dataDir', () => {
   test('interrupted activateResource: the new broker resumes it (resume: true) and the lease becomes active', async () => {
     const dataDir = tempDataDir();
     const first = fakeBlueprint({ name: 'f', gates: { activateResource: never } });
@@ -147,7 +148,7 @@ function kill(child: ChildProcess): Promise<void> {
 
 // Invariant 4 with a real crash: the process holding the claim is SIGKILLed in the middle of the hook (no close, no
 // grace, no cleanup). A broker in this process opens the same dataDir, recovers it, and finishes the work.
-describe('a broker process SIGKILLed in the middle of a hook', () => {
+describeOnEmbedded('a broker process SIGKILLed in the middle of a hook', () => {
   test('activateResource: after the kill, the lease becomes active and the hook is told resume: true', async () => {
     const dataDir = tempDataDir();
     const { child, resourceId } = await startChild(dataDir, 'activateResource');

@@ -3,6 +3,7 @@ import type { Clock } from '../clock.js';
 import type { DurationInput } from '../time.js';
 import type { JsonObject, LeaseSpec } from '../model/spec.js';
 import type { Lease } from '../model/lease.js';
+import type { HookTimeouts, NormalizedTimeouts } from './timeouts.js';
 
 /** What a hook sees of a resource. */
 export interface ResourceView<ResourceAttrs extends JsonObject = JsonObject> {
@@ -182,6 +183,12 @@ export interface BlueprintOptions<Config> {
   limits?: BlueprintLimits;
   /** A disabled blueprint serves no new lease. @defaultValue true */
   enabled?: boolean;
+  /**
+   * How long each hook may run before it counts as a failure (its `ctx.signal` is then
+   * aborted). By hook name, plus `default`. @defaultValue 1 minute for `canEverAllocate`,
+   * `canAllocate` and `canAcquireLease`; 30 minutes for every other hook
+   */
+  timeouts?: HookTimeouts;
 }
 
 /** A configured, named instance of an implementation, ready to register with a broker. */
@@ -191,6 +198,7 @@ export interface Blueprint<Config = unknown, ResourceAttrs extends JsonObject = 
   readonly config: Config;
   readonly enabled: boolean;
   readonly limits: NormalizedLimits;
+  readonly timeouts: NormalizedTimeouts;
   readonly implementation: BlueprintImplementation<Config, ResourceAttrs, LeaseAttrs>;
 }
 

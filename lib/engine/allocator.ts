@@ -4,7 +4,8 @@ import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
 import { mapResource } from '../store/store.js';
 import { toDb } from '../time.js';
-import { baseContext, callHook, leaseView, resourceView, type HookResult } from './hooks.js';
+import { crashPoint } from './crash-points.js';
+import { baseContext, callHook, errorCode, leaseView, resourceView, type HookResult } from './hooks.js';
 import { at, blueprintsForType, type Outcome, type Runtime } from './runtime.js';
 
 /** A pass either moved the lease on (`progress`: look at it again) or decided when to look next. */
@@ -132,7 +133,7 @@ async function hookTrouble(rt: Runtime, lease: LeaseRow, result: Exclude<HookRes
   }
   if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
   await store.unit(async (u) => {
-    await store.log(u, { type: 'hook.failure', data: { hook: result.error.hook, error: result.error.message, code: null, retry: false }, lease: lease.id, blueprint: result.error.blueprint });
+    await store.log(u, { type: 'hook.failure', data: { hook: result.error.hook, error: result.error.message, code: errorCode(result.error), retry: false }, lease: lease.id, blueprint: result.error.blueprint });
   });
   await breakLease(rt, lease, result.error.message);
   return 'progress';
@@ -239,6 +240,7 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     await store.log(u, { type: 'resource.allocating', data: { lease: lease.id }, lease: lease.id, resource: resourceId, blueprint: blueprint.name });
     return 'allocated' as const;
   });
+  if (result === 'allocated') crashPoint('allocate.recorded');
   if (result === 'rate-limited') reasons.push(`${blueprint.name} is at its allocation limit`);
   if (result === 'full') reasons.push(`${blueprint.name} is at maxResources (${blueprint.limits.maxResources})`);
   return result;

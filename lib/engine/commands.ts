@@ -1,5 +1,6 @@
 import { LEASE_STATE_FLAGS, RESOURCE_STATE_FLAGS, type ObjectKind } from '../model/states.js';
 import type { CommandRow, LeaseRow, ResourceRow, Unit } from '../store/store.js';
+import { crashPoint } from './crash-points.js';
 import type { Runtime } from './runtime.js';
 
 /**
@@ -12,6 +13,7 @@ export async function consumeCommands(rt: Runtime, kind: ObjectKind, id: string)
   const { store } = rt;
   const commands = await store.commands(kind, id);
   for (const command of commands) {
+    crashPoint('command.read');
     await store.unit(async (u) => {
       if (kind === 'lease') {
         const lease = await store.lease(id, u.sql);
@@ -23,6 +25,7 @@ export async function consumeCommands(rt: Runtime, kind: ObjectKind, id: string)
         else await store.consume(u, command.id, 'rejected: no such resource');
       }
     });
+    crashPoint('command.consumed');
   }
   return commands.length > 0;
 }

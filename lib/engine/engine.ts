@@ -2,6 +2,7 @@ import PQueue from 'p-queue';
 import { Duration } from 'luxon';
 import type { ObjectKind } from '../model/states.js';
 import { fromDb, toDb } from '../time.js';
+import { crashPoint } from './crash-points.js';
 import { processLease } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
 import type { Outcome, Runtime } from './runtime.js';
@@ -136,6 +137,7 @@ export class Engine {
         outcome = { next: 'at', at: clock.now().plus({ milliseconds: Math.min(30_000, 100 * 2 ** attempts) }), attempts };
       }
       if (this.stopped) return;
+      crashPoint('pass.decided');
       if (outcome.next === 'delete') {
         await store.db.execute(`${store.sql.deleteWork} AND claimed_by = $3 AND wake_count = $4`, [item.kind, item.id, workerId, item.wakeCount]);
       }

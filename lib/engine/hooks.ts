@@ -1,8 +1,11 @@
 import type { DateTime } from 'luxon';
 import type { Blueprint, LeaseView, ResourceView } from '../blueprint/contract.js';
+import { normalizeTimeouts, type HookName } from '../blueprint/timeouts.js';
 import { HookError } from '../errors/hook-error.js';
+import { HookTimeoutError } from '../errors/hook-timeout-error.js';
+import { hookCrashPoint } from './crash-points.js';
 import { RetryLater } from '../errors/retry-later.js';
-import type { JsonObject } from '../model/spec.js';
+import { assertJson, isPlainObject, type JsonObject } from '../model/spec.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
 import { backoffDelay, type Runtime } from './runtime.js';
 
@@ -21,13 +24,31 @@ export type HookResult<T> =
 
 /**
  * Calls one blueprint hook, with no transaction open, and classifies what happened.
- * Missing optional hooks behave as their documented default.
+ * Missing optional hooks behave as their documented default. A hook that has not
+ * settled within its timeout (the blueprint's `timeouts`, on the broker's clock) is a
+ * failure: its `ctx.signal` is aborted and whatever it does later is ignored.
  */
 export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook: string, ctx: object, fallback: T, attempt = 1): Promise<HookResult<T>> {
   const fn = (blueprint.implementation as unknown as Record<string, unknown>)[hook];
   if (typeof fn !== 'function') return { ok: true, value: fallback };
+  const timeout = blueprint.timeouts?.[hook as HookName] ?? normalizeTimeouts(undefined)[hook as HookName];
+  const deadline = new AbortController();
+  let cancel: (() => void) | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    cancel = rt.clock.schedule(rt.clock.now().plus(timeout), () => {
+      const error = new HookTimeoutError(blueprint.name, hook, timeout);
+      deadline.abort(error);
+      reject(error);
+    });
+  });
   try {
-    const value = await (fn as (ctx: object) => unknown).call(blueprint.implementation, ctx);
+    hookCrashPoint(hook, 'before');
+    const running = Promise.resolve().then(() => (fn as (ctx: object) => unknown).call(blueprint.implementation, { ...ctx, signal: AbortSignal.any([rt.signal, deadline.signal]) }));
+    // A hook that settles after its timeout must not become an unhandled rejection.
+    running.catch(() => undefined);
+    const value = await Promise.race([running, timedOut]);
+    hookCrashPoint(hook, 'after');
+    checkReturned(hook, value);
     return { ok: true, value: (value ?? fallback) as T };
   } catch (thrown) {
     if (thrown instanceof WaitingForChild) return { ok: false, kind: 'child', childId: thrown.childId };
@@ -36,6 +57,52 @@ export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, an
       return { ok: false, kind: 'retry', at: rt.clock.now().plus(delay), reason: thrown.message };
     }
     return { ok: false, kind: 'failed', error: new HookError(blueprint.name, hook, thrown) };
+  } finally {
+    cancel?.();
+  }
+}
+
+const QUESTIONS = new Set(['canEverAllocate', 'canAllocate', 'canAcquireLease']);
+const OUTCOMES = new Set(['allocateResource', 'activateResource', 'acquireLease', 'activateLease']);
+
+/** A hook's return value must have its documented shape; anything else is the hook's failure, not the broker's. */
+function checkReturned(hook: string, value: unknown) {
+  const bad = (what: string) => {
+    throw new MalformedHookResult(what);
+  };
+  if (value === undefined || value === null) return;
+  if (QUESTIONS.has(hook)) {
+    if (typeof value !== 'boolean') bad(`a ${describeType(value)} where a boolean was expected`);
+    return;
+  }
+  if (!OUTCOMES.has(hook)) return; // release and destroy hooks: the value is ignored
+  if (!isPlainObject(value)) {
+    bad(`a ${describeType(value)} where nothing or { attributes } was expected`);
+  }
+  const extra = Object.keys(value as object).filter((k) => k !== 'attributes');
+  if (extra.length > 0) bad(`unknown key(s) ${extra.join(', ')} (only attributes is allowed)`);
+  const attributes = (value as { attributes?: unknown }).attributes;
+  if (attributes === undefined) return;
+  if (!isPlainObject(attributes)) bad('attributes that are not a plain object');
+  try {
+    assertJson(attributes, 'attributes');
+  } catch (error) {
+    bad(`attributes that are not JSON (${(error as Error).message})`);
+  }
+}
+
+function describeType(value: unknown): string {
+  if (Array.isArray(value)) return 'array';
+  if (typeof value === 'object') return (value as object).constructor?.name ?? 'object';
+  return typeof value;
+}
+
+/** What a hook returned does not have the shape its contract gives. */
+export class MalformedHookResult extends Error {
+  readonly code = 'HOOK_MALFORMED_RESULT';
+  constructor(what: string) {
+    super(`returned ${what}`);
+    this.name = 'MalformedHookResult';
   }
 }
 

@@ -11,3 +11,4 @@ export { NotFoundError } from './not-found-error.js';
 export { BrokerClosedError } from './broker-closed-error.js';
 export { HookError, describeThrown } from './hook-error.js';
 export { RetryLater } from './retry-later.js';
+export { HookTimeoutError } from './hook-timeout-error.js';

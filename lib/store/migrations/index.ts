@@ -1,5 +1,6 @@
 import type { Sql } from '../db.js';
 import { initial } from './0001-initial.js';
+import { gcIndexes } from './0002-gc-indexes.js';
 
 /** One schema change. `up` receives the quoted schema name to qualify its tables with. */
 export interface Migration {
@@ -9,4 +10,4 @@ export interface Migration {
 }
 
 /** Append-only and explicit: no globs (they break under ESM), never edit a shipped entry. */
-export const MIGRATIONS: readonly Migration[] = [initial];
+export const MIGRATIONS: readonly Migration[] = [initial, gcIndexes];

@@ -1,0 +1,60 @@
+/**
+ * Named crash points: every step between "intent recorded" and "outcome recorded".
+ * An internal hook for the crash tests only: nothing in the public API or the package
+ * exports reaches it, and with no hook installed a crash point costs one comparison.
+ * A test process installs a hook that SIGKILLs itself at one point, then a new broker
+ * on the same data must converge.
+ */
+export const CRASH_POINTS = [
+  // acquire: the lease row is committed, the caller has not got its handle yet
+  'acquire.recorded',
+  // allocate: the resource row and its capacity slot are committed, nothing built yet
+  'allocate.recorded',
+  'allocateResource.before',
+  'allocateResource.after',
+  // activate
+  'activateResource.before',
+  'activateResource.after',
+  // acquire a resource for a lease
+  'acquireLease.before',
+  'acquireLease.after',
+  // lease activation
+  'activateLease.before',
+  'activateLease.after',
+  // command consumption: read but not consumed, consumed but the pass not yet on
+  'command.read',
+  'command.consumed',
+  // release
+  'releaseLease.before',
+  'releaseLease.after',
+  // destroy lease
+  'destroyLease.before',
+  'destroyLease.after',
+  // destroy resource
+  'destroyResource.before',
+  'destroyResource.after',
+  // a pass decided its outcome; its work item is not yet updated
+  'pass.decided',
+] as const;
+
+export type CrashPoint = (typeof CRASH_POINTS)[number];
+
+let hook: ((point: CrashPoint) => void) | null = null;
+
+/** Test-only: installs (or with `null` removes) the function called at every crash point. */
+export function setCrashHook(fn: ((point: CrashPoint) => void) | null): void {
+  hook = fn;
+}
+
+export function crashPoint(point: CrashPoint): void {
+  if (hook) hook(point);
+}
+
+const HOOK_POINTS = new Set<string>(CRASH_POINTS);
+
+/** The crash points around a blueprint hook, if it has any (`can…` questions have none). */
+export function hookCrashPoint(hookName: string, when: 'before' | 'after'): void {
+  if (!hook) return;
+  const point = `${hookName}.${when}`;
+  if (HOOK_POINTS.has(point)) hook(point as CrashPoint);
+}
