@@ -6,6 +6,7 @@ import { defineBlueprintCheck } from './blueprint/registry.js';
 import type { Blueprint } from './blueprint/contract.js';
 import { BrokerEventBus, type BrokerEvents } from './broker-events.js';
 import { systemClock, type Clock } from './clock.js';
+import { crashPoint } from './engine/crash-points.js';
 import { Engine } from './engine/engine.js';
 import { baseContext, leaseView, resourceView } from './engine/hooks.js';
 import { silentLogger, type Logger, type Runtime } from './engine/runtime.js';
@@ -21,6 +22,7 @@ import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from './model/le
 import { normalizeSpec, type LeaseSpec, type NormalizedSpec } from './model/spec.js';
 import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATUSES, type LeaseStatus, type ResourceStatus } from './model/states.js';
 import type { Db } from './store/db.js';
+import { collectGarbage, type GcResult } from './store/gc.js';
 import { channelFor, Listener } from './store/notifier.js';
 import { checkDatabaseOptions, openDatabase, type DatabaseOptions } from './store/open.js';
 import { mapLease, mapResource, Store, type LeaseRow, type Unit } from './store/store.js';
@@ -46,6 +48,10 @@ export interface BrokerOptions {
   waitRecheck?: DurationInput;
   /** Capped exponential backoff for failing destroy hooks and RetryLater without a delay. @defaultValue 1 second to 5 minutes */
   backoff?: { initial?: DurationInput; max?: DurationInput };
+  /** How long history is kept: destroyed leases and resources with their logs, and consumed commands. @defaultValue 7 days */
+  retention?: DurationInput;
+  /** How often this broker's workers collect history older than `retention`; `false` never (call `gc()` yourself). @defaultValue 10 minutes */
+  gcInterval?: DurationInput | false;
 }
 
 export interface LeaseQuery {
@@ -109,6 +115,12 @@ export interface Broker extends AsyncDisposable {
   logs(filter?: { lease?: string; resource?: string; blueprint?: string; type?: string }): Promise<LogEntry[]>;
   on<E extends keyof BrokerEvents>(event: E, listener: (payload: BrokerEvents[E]) => void): () => void;
   stats(): Promise<BrokerStats>;
+  /**
+   * Deletes history older than `olderThan` (default: the broker's `retention`) now:
+   * destroyed leases and resources with their logs, and consumed commands. Live objects
+   * and their logs are never touched. Returns how many rows of each went.
+   */
+  gc(options?: { olderThan?: DurationInput }): Promise<GcResult>;
   /** Stops claiming work, waits up to the grace period for hooks in flight, and keeps all state. Releases nothing. */
   close(options?: { grace?: DurationInput }): Promise<void>;
 }
@@ -120,29 +132,65 @@ function optionalDuration(value: DurationInput | undefined, field: string, fallb
   return value === undefined ? fallback : parseDuration(value, field);
 }
 
+const BROKER_OPTION_KEYS = new Set(['database', 'blueprints', 'workers', 'clock', 'logger', 'closeGrace', 'claimTtl', 'sweepInterval', 'waitRecheck', 'backoff', 'retention', 'gcInterval']);
+/** Node runs a timer of more than 2^31 - 1 ms after 1 ms; tuning durations stay far below that. */
+const MAX_TUNING_MS = 24 * 60 * 60 * 1000;
+
+function isPlainObject(value: unknown): boolean {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+function atMostADay(duration: Duration, field: string): Duration {
+  if (duration.toMillis() > MAX_TUNING_MS) throw new ValidationError(field, `must be at most 24 hours (got ${duration.toISO()})`);
+  return duration;
+}
+
 export async function createBroker(options: BrokerOptions = {}): Promise<Broker> {
-  if (options === null || typeof options !== 'object') throw new ValidationError('options', 'must be an object');
+  if (!isPlainObject(options)) throw new ValidationError('options', 'must be an object');
+  for (const key of Object.keys(options)) {
+    if (!BROKER_OPTION_KEYS.has(key)) throw new ValidationError(key, `is not a createBroker option (known: ${[...BROKER_OPTION_KEYS].join(', ')})`);
+  }
   const database = checkDatabaseOptions(options.database);
   const blueprints = defineBlueprintCheck(options.blueprints);
   if (options.workers !== undefined && options.workers !== false) {
-    const c = options.workers?.concurrency;
-    if (typeof options.workers !== 'object' || (c !== undefined && !(Number.isInteger(c) && c >= 1 && c <= 256))) {
-      throw new ValidationError('workers.concurrency', 'must be an integer from 1 to 256');
-    }
+    if (!isPlainObject(options.workers)) throw new ValidationError('workers', 'must be { concurrency? } or false');
+    for (const key of Object.keys(options.workers)) if (key !== 'concurrency') throw new ValidationError(`workers.${key}`, 'is not a workers option (known: concurrency)');
+    const c = options.workers.concurrency;
+    if (c !== undefined && !(Number.isInteger(c) && c >= 1 && c <= 256)) throw new ValidationError('workers.concurrency', 'must be an integer from 1 to 256');
   }
   const clock = options.clock ?? systemClock;
   if (typeof clock?.now !== 'function' || typeof clock?.schedule !== 'function') throw new ValidationError('clock', 'must have now() and schedule()');
   const logger = options.logger ?? silentLogger;
+  if (!(logger !== null && typeof logger === 'object' && (['debug', 'info', 'warn', 'error'] as const).every((level) => typeof logger[level] === 'function'))) {
+    throw new ValidationError('logger', 'must have debug(), info(), warn() and error() (a pino-compatible logger)');
+  }
+  if (options.backoff !== undefined) {
+    if (!isPlainObject(options.backoff)) throw new ValidationError('backoff', 'must be { initial?, max? }');
+    for (const key of Object.keys(options.backoff)) if (key !== 'initial' && key !== 'max') throw new ValidationError(`backoff.${key}`, 'is not a backoff option (known: initial, max)');
+  }
   const closeGrace = optionalDuration(options.closeGrace, 'closeGrace', Duration.fromObject({ seconds: 10 }));
   const claimTtl = optionalDuration(options.claimTtl, 'claimTtl', Duration.fromObject({ seconds: 30 }));
   const sweepInterval = optionalDuration(options.sweepInterval, 'sweepInterval', Duration.fromObject({ seconds: 2 }));
   const waitRecheck = optionalDuration(options.waitRecheck, 'waitRecheck', Duration.fromObject({ seconds: 30 }));
+  const retention = optionalDuration(options.retention, 'retention', Duration.fromObject({ days: 7 }));
+  const gcInterval = options.gcInterval === false ? null : optionalDuration(options.gcInterval, 'gcInterval', Duration.fromObject({ minutes: 10 }));
+  if (gcInterval && gcInterval.toMillis() < 1_000) throw new ValidationError('gcInterval', 'must be at least 1 second (or false)');
   const backoff = {
     initial: optionalDuration(options.backoff?.initial, 'backoff.initial', Duration.fromObject({ seconds: 1 })),
     max: optionalDuration(options.backoff?.max, 'backoff.max', Duration.fromObject({ minutes: 5 })),
   };
   if (sweepInterval.toMillis() < 10) throw new ValidationError('sweepInterval', 'must be at least 10 ms');
   if (claimTtl.toMillis() < 100) throw new ValidationError('claimTtl', 'must be at least 100 ms');
+  // Zero would re-run a waiting lease, or a failing destroy hook, in a busy loop.
+  if (waitRecheck.toMillis() < 10) throw new ValidationError('waitRecheck', 'must be at least 10 ms');
+  if (backoff.initial.toMillis() < 1) throw new ValidationError('backoff.initial', 'must be longer than zero');
+  if (backoff.max.toMillis() < backoff.initial.toMillis()) throw new ValidationError('backoff.max', `must be at least backoff.initial (${backoff.initial.toISO()})`);
+  atMostADay(sweepInterval, 'sweepInterval');
+  atMostADay(claimTtl, 'claimTtl');
+  atMostADay(closeGrace, 'closeGrace');
+  atMostADay(waitRecheck, 'waitRecheck');
+  atMostADay(backoff.max, 'backoff.max');
+  if (gcInterval && gcInterval.toMillis() > MAX_TUNING_MS) throw new ValidationError('gcInterval', `must be at most 24 hours (got ${gcInterval.toISO()})`);
 
   const db = await openDatabase(database, (state, error) =>
     state === 'lost'
@@ -153,6 +201,8 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   const abort = new AbortController();
   let engine: Engine | null = null;
   let closed = false;
+  let gcTimer: NodeJS.Timeout | undefined;
+  let gcRunning: Promise<void> | undefined;
 
   const renderers = (blueprint: string | null) => (blueprint ? blueprints.get(blueprint)?.implementation.logTypes : undefined);
   const toLogEntry = (r: Record<string, any>): LogEntry => ({
@@ -375,6 +425,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   async function requestLease(spec: LeaseSpec): Promise<LeaseHandle> {
     const normalized = normalizeSpec(spec);
     const row = await insertLease(normalized);
+    crashPoint('acquire.recorded');
     return {
       id: row.id,
       whenActive: (opts = {}) => whenActive(row.id, { timeout: opts.timeout ?? (normalized.timeout ?? undefined), signal: opts.signal ?? normalized.signal }),
@@ -450,10 +501,18 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     },
     on: (event, listener) => events.on(event, listener),
     stats: () => computeStats(store, clock.now(), blueprints),
+    async gc(o = {}) {
+      if (closed) throw new BrokerClosedError();
+      if (o === null || typeof o !== 'object') throw new ValidationError('options', 'must be an object');
+      const olderThan = o.olderThan === undefined ? retention : parseDuration(o.olderThan, 'olderThan');
+      return collectGarbage(store, clock.now().minus(olderThan));
+    },
     async close(o = {}) {
       if (closed) return;
       closed = true;
       const grace = o.grace === undefined ? closeGrace : parseDuration(o.grace, 'grace');
+      clearInterval(gcTimer);
+      await gcRunning;
       if (engine) await engine.stop(grace);
       abort.abort(new BrokerClosedError());
       await listener?.stop();
@@ -466,6 +525,18 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   if (options.workers !== false) {
     engine = new Engine(runtime, { concurrency: options.workers?.concurrency ?? 4, claimTtl, sweepInterval });
     engine.start();
+    if (gcInterval) {
+      gcTimer = setInterval(() => {
+        if (gcRunning) return;
+        gcRunning = collectGarbage(store, clock.now().minus(retention))
+          .then((r) => {
+            if (r.leases + r.resources + r.logs + r.commands > 0) logger.debug({ ...r }, 'slipway: collected history');
+          })
+          .catch((error) => logger.warn({ err: error }, 'slipway: collecting history failed; the next interval retries'))
+          .finally(() => (gcRunning = undefined));
+      }, gcInterval.toMillis());
+      gcTimer.unref();
+    }
   }
   internals.set(broker, { engine, db, runtime });
   return broker;

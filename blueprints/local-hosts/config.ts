@@ -38,12 +38,13 @@ export function validateLocalHostsConfig(config: unknown): LocalHostsSettings {
     if (!KNOWN_KEYS.includes(key)) throw new ValidationError(`config.${key}`, `is not a localHosts option (known: ${KNOWN_KEYS.join(', ')})`);
   }
 
-  const slots = input.slots ?? 1;
+  // null is not "the default": the types say number, and a config file that writes null meant something.
+  const slots = input.slots === undefined ? 1 : input.slots;
   if (typeof slots !== 'number' || !Number.isInteger(slots) || slots < 1 || slots > MAX_SLOTS) {
     throw new ValidationError('config.slots', `must be an integer from 1 to ${MAX_SLOTS} (got ${describe(input.slots)})`);
   }
 
-  const root = input.root ?? defaultRoot();
+  const root = input.root === undefined ? defaultRoot() : input.root;
   if (typeof root !== 'string' || root.length === 0) throw new ValidationError('config.root', `must be a non-empty string (got ${describe(input.root)})`);
   if (root.includes('\0')) throw new ValidationError('config.root', 'must not contain a NUL byte');
   // A relative root would move with the host process's working directory, and lease

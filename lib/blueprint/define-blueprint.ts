@@ -2,9 +2,19 @@ import { Duration } from 'luxon';
 import { ValidationError } from '../errors/validation-error.js';
 import type { JsonObject } from '../model/spec.js';
 import { parseDuration } from '../time.js';
+import { normalizeTimeouts } from './timeouts.js';
 import type { Blueprint, BlueprintImplementation, BlueprintLimits, BlueprintOptions, NormalizedLimits } from './contract.js';
 
 export const BLUEPRINT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+
+const IMPLEMENTATION_KEYS = new Set([
+  'type', 'description', 'validateConfig', 'idleExpiry', 'canEverAllocate', 'canAllocate', 'allocateResource', 'activateResource',
+  'canAcquireLease', 'acquireLease', 'activateLease', 'releaseLease', 'destroyLease', 'destroyResource', 'interfaces', 'logTypes',
+]);
+const OPTIONAL_FUNCTIONS = [
+  'validateConfig', 'canEverAllocate', 'canAllocate', 'activateResource', 'canAcquireLease', 'acquireLease', 'activateLease', 'releaseLease', 'destroyLease', 'destroyResource',
+] as const;
+const OPTION_KEYS = new Set(['name', 'config', 'limits', 'enabled', 'timeouts']);
 
 export const defaultAllocationLimit = (activeCount: number) => Math.max(1, Math.ceil(0.25 * activeCount));
 
@@ -15,11 +25,33 @@ export const defaultAllocationLimit = (activeCount: number) => Math.max(1, Math.
 export function defineBlueprint<Config = unknown, ResourceAttrs extends JsonObject = JsonObject, LeaseAttrs extends JsonObject = JsonObject>(
   implementation: BlueprintImplementation<Config, ResourceAttrs, LeaseAttrs>,
 ): (options: BlueprintOptions<Config>) => Blueprint<Config, ResourceAttrs, LeaseAttrs> {
-  if (!implementation || typeof implementation !== 'object') throw new ValidationError('implementation', 'must be an object');
-  if (typeof implementation.type !== 'string' || !implementation.type) throw new ValidationError('implementation.type', 'must be a non-empty string');
+  if (!implementation || typeof implementation !== 'object' || Array.isArray(implementation)) throw new ValidationError('implementation', 'must be an object');
+  for (const key of Object.keys(implementation)) {
+    if (!IMPLEMENTATION_KEYS.has(key)) throw new ValidationError(`implementation.${key}`, `is not part of the blueprint contract (known: ${[...IMPLEMENTATION_KEYS].join(', ')})`);
+  }
+  if (typeof implementation.type !== 'string' || implementation.type.trim() === '') throw new ValidationError('implementation.type', 'must be a non-empty string');
+  if (implementation.type.includes('\0')) throw new ValidationError('implementation.type', 'must not contain a NUL character');
   if (typeof implementation.allocateResource !== 'function') throw new ValidationError('implementation.allocateResource', 'must be a function');
+  for (const hook of OPTIONAL_FUNCTIONS) {
+    const value = (implementation as unknown as Record<string, unknown>)[hook];
+    if (value !== undefined && typeof value !== 'function') throw new ValidationError(`implementation.${hook}`, `must be a function (got ${typeof value})`);
+  }
+  if (implementation.description !== undefined && typeof implementation.description !== 'string') throw new ValidationError('implementation.description', 'must be a string');
+  for (const group of ['interfaces', 'logTypes'] as const) {
+    const table: unknown = implementation[group];
+    if (table === undefined) continue;
+    if (table === null || typeof table !== 'object' || Array.isArray(table)) throw new ValidationError(`implementation.${group}`, 'must be an object of functions by name');
+    for (const [name, fn] of Object.entries(table)) {
+      if (typeof fn !== 'function') throw new ValidationError(`implementation.${group}.${name}`, `must be a function (got ${typeof fn})`);
+    }
+  }
+  const idleExpiry = implementation.idleExpiry;
+  if (idleExpiry !== undefined && typeof idleExpiry !== 'function') parseDuration(idleExpiry, 'implementation.idleExpiry');
   return (options) => {
-    if (!options || typeof options !== 'object') throw new ValidationError('blueprint', 'options must be an object with a name');
+    if (!options || typeof options !== 'object' || Array.isArray(options)) throw new ValidationError('blueprint', 'options must be an object with a name');
+    for (const key of Object.keys(options)) {
+      if (!OPTION_KEYS.has(key)) throw new ValidationError(`blueprint.${key}`, `is not a blueprint option (known: ${[...OPTION_KEYS].join(', ')})`);
+    }
     if (typeof options.name !== 'string' || !BLUEPRINT_NAME.test(options.name)) {
       throw new ValidationError('blueprint.name', `must match ${BLUEPRINT_NAME} (got ${JSON.stringify(options.name)})`);
     }
@@ -29,17 +61,19 @@ export function defineBlueprint<Config = unknown, ResourceAttrs extends JsonObje
         config = implementation.validateConfig(options.config);
       } catch (error) {
         if (error instanceof ValidationError) throw error;
-        throw new ValidationError(`blueprint ${options.name}: config`, error instanceof Error ? error.message : String(error), { cause: error });
+        const why = error instanceof Error ? error.message : String(error);
+        throw new ValidationError('config', `rejected by blueprint ${JSON.stringify(options.name)}: ${why}`, { cause: error });
       }
     }
     if (options.enabled !== undefined && typeof options.enabled !== 'boolean') throw new ValidationError('blueprint.enabled', 'must be a boolean');
     const limits = normalizeLimits(options.limits, implementation, config);
-    return Object.freeze({ name: options.name, type: implementation.type, config, enabled: options.enabled ?? true, limits, implementation });
+    const timeouts = normalizeTimeouts(options.timeouts);
+    return Object.freeze({ name: options.name, type: implementation.type, config, enabled: options.enabled ?? true, limits, timeouts, implementation });
   };
 }
 
 function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementation: BlueprintImplementation<Config, any, any>, config: Config): NormalizedLimits {
-  if (limits !== undefined && (limits === null || typeof limits !== 'object')) throw new ValidationError('limits', 'must be an object');
+  if (limits !== undefined && (limits === null || typeof limits !== 'object' || Array.isArray(limits))) throw new ValidationError('limits', 'must be an object');
   const l = limits ?? {};
   const known = new Set(['maxResources', 'allocationLimit', 'supplemental', 'reclaimIdleAfter', 'idleExpiry']);
   for (const key of Object.keys(l)) if (!known.has(key)) throw new ValidationError(`limits.${key}`, 'is not a known limit');
@@ -49,7 +83,7 @@ function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementa
   if (l.allocationLimit !== undefined && typeof l.allocationLimit !== 'function') throw new ValidationError('limits.allocationLimit', 'must be a function (activeCount) => number');
   if (l.supplemental !== undefined && typeof l.supplemental !== 'boolean') throw new ValidationError('limits.supplemental', 'must be a boolean');
   const allocationLimit = l.allocationLimit ?? defaultAllocationLimit;
-  const idle = l.idleExpiry ?? (typeof implementation.idleExpiry === 'function' ? implementation.idleExpiry(config) : implementation.idleExpiry);
+  const fromImplementation = typeof implementation.idleExpiry === 'function' ? implementation.idleExpiry(config) : implementation.idleExpiry;
   return {
     maxResources: l.maxResources ?? null,
     allocationLimit: (active) => {
@@ -59,6 +93,11 @@ function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementa
     },
     supplemental: l.supplemental ?? false,
     reclaimIdleAfter: l.reclaimIdleAfter === undefined ? Duration.fromMillis(0) : parseDuration(l.reclaimIdleAfter, 'limits.reclaimIdleAfter'),
-    idleExpiry: idle === undefined ? null : parseDuration(idle, 'limits.idleExpiry'),
+    idleExpiry:
+      l.idleExpiry !== undefined
+        ? parseDuration(l.idleExpiry, 'limits.idleExpiry')
+        : fromImplementation === undefined
+          ? null
+          : parseDuration(fromImplementation, 'implementation.idleExpiry'),
   };
 }

@@ -6,12 +6,14 @@ export function defineBlueprintCheck(list: unknown): Map<string, Blueprint<any, 
   const map = new Map<string, Blueprint<any, any, any>>();
   if (list === undefined) return map;
   if (!Array.isArray(list)) throw new ValidationError('blueprints', 'must be an array of blueprints');
-  list.forEach((b, i) => {
+  // An index loop, not forEach(): forEach() skips the holes of a sparse array.
+  for (let i = 0; i < list.length; i++) {
+    const b = list[i];
     if (!b || typeof b !== 'object' || typeof b.name !== 'string' || !b.implementation || !b.limits) {
       throw new ValidationError(`blueprints[${i}]`, 'is not a blueprint (make one with a factory from defineBlueprint)');
     }
     if (map.has(b.name)) throw new ValidationError(`blueprints[${i}].name`, `two blueprints are named "${b.name}"`);
     map.set(b.name, b);
-  });
+  }
   return map;
 }

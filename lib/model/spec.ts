@@ -1,4 +1,6 @@
-import type { DateTime, Duration } from 'luxon';
+import { Duration, type DateTime } from 'luxon';
+import { BLUEPRINT_NAME } from '../blueprint/define-blueprint.js';
+import { AbortError } from '../errors/abort-error.js';
 import { ValidationError } from '../errors/validation-error.js';
 import { parseDateTime, parseDuration, type DateTimeInput, type DurationInput } from '../time.js';
 
@@ -23,7 +25,7 @@ export interface LeaseSpec<LeaseAttrs extends JsonObject = JsonObject> {
   timeout?: DurationInput;
   /** Higher goes first among waiting leases. @defaultValue 0 */
   priority?: number;
-  /** Aborting releases a lease that is not active yet and rejects with AbortError. */
+  /** Aborting releases a lease that is not active yet and rejects with AbortError; a signal aborted already rejects before anything is written. */
   signal?: AbortSignal;
 }
 
@@ -41,32 +43,46 @@ export interface NormalizedSpec {
 
 const SPEC_KEYS = new Set(['type', 'attributes', 'blueprints', 'owner', 'ttl', 'until', 'timeout', 'priority', 'signal']);
 
+/** The longest `ttl` or `timeout` a spec may give: beyond it the expiry would overflow the date range, and no lease means it. */
+export const MAX_SPEC_DURATION = Duration.fromObject({ years: 100 });
+
+/** How deeply attributes may nest: deeper JSON is a mistake, and checking it must not overflow the stack. */
+export const MAX_JSON_DEPTH = 100;
+
 /** Checks a spec field by field; the error names the first bad field. Knows nothing of the broker's blueprints. */
 export function normalizeSpec(spec: unknown): NormalizedSpec {
   if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) throw new ValidationError('spec', 'must be an object');
   const s = spec as Record<string, unknown>;
   for (const key of Object.keys(s)) if (!SPEC_KEYS.has(key)) throw new ValidationError(`spec.${key}`, 'is not a known field');
   if (typeof s.type !== 'string' || s.type.trim() === '') throw new ValidationError('spec.type', 'is required: a non-empty string');
+  assertText(s.type, 'spec.type');
   const attributes = s.attributes === undefined ? {} : s.attributes;
   if (attributes === null || typeof attributes !== 'object' || Array.isArray(attributes)) throw new ValidationError('spec.attributes', 'must be a JSON object');
   assertJson(attributes, 'spec.attributes');
   let blueprints: string[] | null = null;
   if (s.blueprints !== undefined) {
-    if (!Array.isArray(s.blueprints) || s.blueprints.length === 0 || !s.blueprints.every((b) => typeof b === 'string')) {
-      throw new ValidationError('spec.blueprints', 'must be a non-empty array of blueprint names');
+    if (!Array.isArray(s.blueprints) || s.blueprints.length === 0) throw new ValidationError('spec.blueprints', 'must be a non-empty array of blueprint names');
+    // An index loop, not every(): every() skips the holes of a sparse array.
+    for (let i = 0; i < s.blueprints.length; i++) {
+      const name: unknown = s.blueprints[i];
+      if (typeof name !== 'string' || !BLUEPRINT_NAME.test(name)) throw new ValidationError(`spec.blueprints[${i}]`, `must be a blueprint name matching ${BLUEPRINT_NAME} (got ${describe(name)})`);
     }
     blueprints = [...s.blueprints];
   }
-  if (s.owner !== undefined && typeof s.owner !== 'string') throw new ValidationError('spec.owner', 'must be a string');
+  if (s.owner !== undefined && (typeof s.owner !== 'string' || s.owner === '')) throw new ValidationError('spec.owner', 'must be a non-empty string');
+  if (s.owner !== undefined) assertText(s.owner as string, 'spec.owner');
   if (s.ttl !== undefined && s.until !== undefined) throw new ValidationError('spec.until', 'give ttl or until, not both');
-  const ttl = s.ttl === undefined ? null : parseDuration(s.ttl, 'spec.ttl');
-  if (ttl && ttl.toMillis() === 0) throw new ValidationError('spec.ttl', 'must be longer than zero');
+  const ttl = s.ttl === undefined ? null : boundedDuration(s.ttl, 'spec.ttl');
   const until = s.until === undefined ? null : parseDateTime(s.until, 'spec.until');
-  const timeout = s.timeout === undefined ? null : parseDuration(s.timeout, 'spec.timeout');
+  // Postgres and luxon agree on four-digit years; later ones do not survive the round trip.
+  if (until && (until.year < 1 || until.year > 9999)) throw new ValidationError('spec.until', `must be between the years 1 and 9999 (got ${until.toISO()})`);
+  const timeout = s.timeout === undefined ? null : boundedDuration(s.timeout, 'spec.timeout');
   if (s.priority !== undefined && !(Number.isInteger(s.priority) && Math.abs(s.priority as number) <= 1_000_000)) {
     throw new ValidationError('spec.priority', 'must be an integer between -1000000 and 1000000');
   }
   if (s.signal !== undefined && !(s.signal instanceof AbortSignal)) throw new ValidationError('spec.signal', 'must be an AbortSignal');
+  // Like fetch(): an aborted signal refuses the request before anything is written.
+  if ((s.signal as AbortSignal | undefined)?.aborted) throw new AbortError('the lease request was aborted before it was made', { cause: (s.signal as AbortSignal).reason });
   return {
     type: s.type,
     attributes: attributes as JsonObject,
@@ -80,21 +96,71 @@ export function normalizeSpec(spec: unknown): NormalizedSpec {
   };
 }
 
-/** Rejects what JSON cannot carry faithfully: functions, undefined, NaN, Infinity, class instances, cycles. */
+/** A duration longer than zero and at most MAX_SPEC_DURATION. */
+function boundedDuration(value: unknown, field: string): Duration {
+  const duration = parseDuration(value, field);
+  if (duration.toMillis() === 0) throw new ValidationError(field, 'must be longer than zero');
+  if (duration.toMillis() > MAX_SPEC_DURATION.toMillis()) throw new ValidationError(field, `must be at most ${MAX_SPEC_DURATION.toHuman()} (got ${duration.toISO()})`);
+  return duration;
+}
+
+// A lone UTF-16 surrogate: Postgres refuses it in jsonb, and in text it silently becomes U+FFFD.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Rejects strings Postgres cannot store as they are: a NUL character or a lone surrogate. */
+export function assertText(value: string, field: string): void {
+  if (value.includes('\0')) throw new ValidationError(field, 'must not contain a NUL character (\\u0000)');
+  if (LONE_SURROGATE.test(value)) throw new ValidationError(field, 'must be well-formed Unicode (it holds a lone surrogate)');
+}
+
+/**
+ * Rejects what JSON cannot carry faithfully: functions, undefined, NaN, Infinity, class
+ * instances, cycles, symbol keys, holes in arrays; strings Postgres cannot store (NUL, lone
+ * surrogates); nesting deeper than MAX_JSON_DEPTH.
+ */
 export function assertJson(value: unknown, field: string, seen = new Set<unknown>()): void {
-  if (value === null || typeof value === 'string' || typeof value === 'boolean') return;
+  if (value === null || typeof value === 'boolean') return;
+  if (typeof value === 'string') return assertText(value, field);
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) throw new ValidationError(field, `is not JSON: ${value}`);
     return;
   }
   if (typeof value !== 'object') throw new ValidationError(field, `is not JSON: a ${typeof value}`);
   if (seen.has(value)) throw new ValidationError(field, 'is not JSON: it contains a cycle');
+  if (seen.size >= MAX_JSON_DEPTH) throw new ValidationError(field, `nests deeper than ${MAX_JSON_DEPTH} levels`);
   seen.add(value);
-  if (Array.isArray(value)) value.forEach((v, i) => assertJson(v, `${field}[${i}]`, seen));
-  else {
-    const proto = Object.getPrototypeOf(value);
-    if (proto !== Object.prototype && proto !== null) throw new ValidationError(field, `is not JSON: a ${proto?.constructor?.name ?? 'class'} instance`);
-    for (const [k, v] of Object.entries(value)) assertJson(v, `${field}.${k}`, seen);
+  if (Object.getOwnPropertySymbols(value).length > 0) throw new ValidationError(field, 'is not JSON: it has symbol keys');
+  if (Array.isArray(value)) {
+    // An index loop, not forEach(): forEach() skips holes, which JSON would turn into null.
+    for (let i = 0; i < value.length; i++) {
+      if (!(i in value)) throw new ValidationError(`${field}[${i}]`, 'is not JSON: a hole in a sparse array');
+      assertJson(value[i], `${field}[${i}]`, seen);
+    }
+  } else {
+    if (!isPlainObject(value)) throw new ValidationError(field, `is not JSON: a ${Object.getPrototypeOf(value)?.constructor?.name ?? 'class'} instance`);
+    for (const [k, v] of Object.entries(value)) {
+      if (k.includes('\0') || LONE_SURROGATE.test(k)) throw new ValidationError(field, `has a key Postgres cannot store (${JSON.stringify(k)}): no NUL characters or lone surrogates`);
+      assertJson(v, `${field}.${k}`, seen);
+    }
   }
   seen.delete(value);
+}
+
+/**
+ * An object literal or `Object.create(null)`, from any realm: its prototype is some
+ * realm's `Object.prototype` (whose own prototype is null), or null. Rows parsed by the
+ * database driver and values from a vm context (jest) come from another realm.
+ */
+export function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === null || Object.getPrototypeOf(proto) === null;
+}
+
+function describe(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
 }

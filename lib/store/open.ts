@@ -1,3 +1,4 @@
+import { existsSync, statSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
@@ -37,19 +38,32 @@ export type DatabaseOptions =
       applicationName?: string;
     };
 
+const URL_KEYS = new Set(['url', 'schema', 'migrate', 'poolSize', 'reconnectTimeout', 'applicationName']);
+const EMBEDDED_KEYS = new Set(['embedded', 'dataDir', 'schema', 'migrate']);
+
 export function checkDatabaseOptions(options: unknown): DatabaseOptions {
   if (options === undefined) return { embedded: true };
-  if (options === null || typeof options !== 'object') throw new ValidationError('database', 'must be { embedded: true, dataDir? } or { url, schema? }');
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) throw new ValidationError('database', 'must be { embedded: true, dataDir? } or { url, schema? }');
   const o = options as Record<string, unknown>;
+  if ('url' in o && 'embedded' in o) throw new ValidationError('database.embedded', 'give database.url or database.embedded, not both');
+  const known = 'url' in o ? URL_KEYS : EMBEDDED_KEYS;
+  for (const key of Object.keys(o)) {
+    if (!known.has(key)) throw new ValidationError(`database.${key}`, `is not an option of ${'url' in o ? 'a database url' : 'the embedded database'} (known: ${[...known].join(', ')})`);
+  }
   if (o.schema !== undefined) {
+    if (typeof o.schema !== 'string') throw new ValidationError('database.schema', `must be a string (got ${typeof o.schema})`);
     try {
-      quoteIdent(String(o.schema));
+      quoteIdent(o.schema);
     } catch {
       throw new ValidationError('database.schema', `must be a plain identifier (got ${JSON.stringify(o.schema)})`);
     }
+    // CREATE SCHEMA refuses these: the names are reserved for the system catalogs.
+    if (/^pg_/i.test(o.schema)) throw new ValidationError('database.schema', `must not start with pg_, which PostgreSQL reserves (got ${JSON.stringify(o.schema)})`);
   }
+  if (o.migrate !== undefined && typeof o.migrate !== 'boolean') throw new ValidationError('database.migrate', 'must be a boolean');
   if ('url' in o) {
     if (typeof o.url !== 'string' || !/^postgres(ql)?:\/\//.test(o.url)) throw new ValidationError('database.url', 'must be a postgres:// connection string');
+    checkConnectionString(o.url);
     if (o.poolSize !== undefined && !(Number.isInteger(o.poolSize) && (o.poolSize as number) >= 1 && (o.poolSize as number) <= 1000)) {
       throw new ValidationError('database.poolSize', 'must be an integer from 1 to 1000');
     }
@@ -57,12 +71,36 @@ export function checkDatabaseOptions(options: unknown): DatabaseOptions {
     if (o.applicationName !== undefined && (typeof o.applicationName !== 'string' || o.applicationName.length > 63)) {
       throw new ValidationError('database.applicationName', 'must be a string of at most 63 characters');
     }
-    if (o.migrate !== undefined && typeof o.migrate !== 'boolean') throw new ValidationError('database.migrate', 'must be a boolean');
+    if (typeof o.applicationName === 'string' && o.applicationName.includes('\0')) throw new ValidationError('database.applicationName', 'must not contain a NUL character');
     return o as DatabaseOptions;
   }
   if (o.embedded !== true) throw new ValidationError('database.embedded', 'must be true (or give database.url)');
-  if (o.dataDir !== undefined && (typeof o.dataDir !== 'string' || o.dataDir === '')) throw new ValidationError('database.dataDir', 'must be a directory path');
+  if (o.dataDir !== undefined) {
+    if (typeof o.dataDir !== 'string' || o.dataDir === '') throw new ValidationError('database.dataDir', 'must be a directory path');
+    if (o.dataDir.includes('\0')) throw new ValidationError('database.dataDir', 'must not contain a NUL character');
+    // PGlite reports a file in the way as an opaque ErrnoError; a scheme (memory://) is PGlite's own business.
+    if (!/^[a-z]+:\/\//i.test(o.dataDir) && existsSync(o.dataDir) && !statSync(o.dataDir).isDirectory()) {
+      throw new ValidationError('database.dataDir', `${o.dataDir} exists and is not a directory`);
+    }
+  }
   return o as DatabaseOptions;
+}
+
+/** What pg would otherwise fail on with a bare TypeError or URIError: a malformed URL, a bad port, broken %-escapes. */
+function checkConnectionString(url: string): void {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ValidationError('database.url', 'is not a valid URL (check the port and the characters of the password)');
+  }
+  for (const [part, value] of [['user name', parsed.username], ['password', parsed.password], ['database name', parsed.pathname]] as const) {
+    try {
+      decodeURIComponent(value);
+    } catch {
+      throw new ValidationError('database.url', `has a malformed %-escape in its ${part}`);
+    }
+  }
 }
 
 async function embeddedDb(pglite: PGlite, schema: string): Promise<Db> {
