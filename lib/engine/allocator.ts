@@ -87,7 +87,9 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
   const grow = async (list: Blueprint<any, any, any>[]) => {
     for (const blueprint of list) {
       const result = await tryAllocate(rt, lease, blueprint, reasons);
-      if (result === 'allocated') return 'progress' as const;
+      // 'progress' without 'allocated': canAllocate failed and broke the lease. Going on to
+      // the next blueprint would build a resource reserved for a broken lease, forever.
+      if (result === 'allocated' || result === 'look-again' || result === 'progress') return 'progress' as const;
       if (typeof result === 'object') return result;
       if (result === 'full') full.push(blueprint);
     }
@@ -170,8 +172,17 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
       const row = current[0];
       if (!row || row.status !== 'active' || (row.reserved_for && row.reserved_for !== lease.id)) return false;
       await store.lockSlots(u, 'lease', lease.id, slots);
+      // A hand-off (Store.handOff) may have reserved another resource for this lease since the
+      // pass read it. Read the pointer under the row lock; the CAS below clears it, so its
+      // reservation is freed here, or it would keep that resource from everyone for good.
+      const [pointer] = await u.sql.query(`SELECT allocating_resource_id FROM ${store.s}.leases WHERE id = $1 FOR UPDATE`, [lease.id]);
       const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
       await store.casLease(u, lease.id, 'pending', 'acquired', { resource_id: resource.id, allocating_resource_id: null, wait_log_id: null, attributes });
+      const other = pointer?.allocating_resource_id;
+      if (other && other !== resource.id) {
+        const freed = await u.sql.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2 RETURNING type, blueprint`, [other, lease.id]);
+        if (freed[0]) await store.wakeNextWaiting(u, [freed[0].type], [freed[0].blueprint]);
+      }
       // The resource is no longer idle: its idle clock restarts when its last lease is gone.
       await u.sql.query(`UPDATE ${store.s}.resources SET idle_since = NULL, reserved_for = NULLIF(reserved_for, $2) WHERE id = $1`, [resource.id, lease.id]);
       // The resource may take more leases (shared slots): the best waiter gets a look now,
@@ -206,7 +217,7 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
   }
 }
 
-type AllocateResult = 'allocated' | 'no' | 'rate-limited' | 'full' | AllocatorResult;
+type AllocateResult = 'allocated' | 'look-again' | 'no' | 'rate-limited' | 'full' | AllocatorResult;
 
 async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, reasons: string[]): Promise<AllocateResult> {
   const { store } = rt;
@@ -218,6 +229,11 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
   }
   const resourceId = store.newId('res');
   const result = await store.unit(async (u) => {
+    // A hand-off may have reserved an active resource for this lease since the pass read it:
+    // then use that one (the caller looks again) instead of overwriting the pointer, which
+    // would leave that resource reserved for a lease that never comes for it.
+    const [pointer] = await u.sql.query(`SELECT allocating_resource_id FROM ${store.s}.leases WHERE id = $1 AND status = 'pending' FOR UPDATE`, [lease.id]);
+    if (!pointer || pointer.allocating_resource_id) return 'look-again' as const;
     // Short and hook-free: allocation decisions of one blueprint are serialized here.
     await u.sql.query(store.sql.allocationLock, [`slipway:alloc:${store.db.schema}:${blueprint.name}`]);
     const [counts] = await u.sql.query<{ allocating: number; active: number }>(store.sql.allocationCounts, [blueprint.name]);

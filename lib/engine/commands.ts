@@ -30,6 +30,15 @@ export async function consumeCommands(rt: Runtime, kind: ObjectKind, id: string)
   return commands.length > 0;
 }
 
+/**
+ * Whether a release or break of this object waits to be consumed. A worker asks before it
+ * records a long hook's result as an activation: the command was written while the hook
+ * ran, and must win over the late result (GARM's lost status update), not follow it.
+ */
+export async function stopRequested(rt: Runtime, u: Unit, kind: ObjectKind, id: string): Promise<boolean> {
+  return (await rt.store.commands(kind, id, u.sql)).some((c) => c.command === 'release' || c.command === 'break');
+}
+
 async function applyToLease(rt: Runtime, u: Unit, lease: LeaseRow, command: CommandRow) {
   const { store } = rt;
   const reason = typeof command.data.reason === 'string' ? command.data.reason : command.command === 'break' ? 'broken' : 'released';
@@ -38,14 +47,17 @@ async function applyToLease(rt: Runtime, u: Unit, lease: LeaseRow, command: Comm
     await store.consume(u, command.id, `no effect: lease is already ${lease.status}`);
     return;
   }
+  // The row the CAS returns, not the one read before it: a hand-off may have pointed the lease
+  // at a reserved resource in between, and that reservation must be freed now.
+  let left: LeaseRow;
   if (command.command === 'release') {
-    await store.casLease(u, lease.id, lease.status, 'released');
+    left = await store.casLease(u, lease.id, lease.status, 'released');
     await store.log(u, { type: 'lease.released', data: { reason, author: command.author }, lease: lease.id });
   } else {
-    await store.casLease(u, lease.id, lease.status, 'broken', { broken_reason: reason });
+    left = await store.casLease(u, lease.id, lease.status, 'broken', { broken_reason: reason });
     await store.log(u, { type: 'lease.broken', data: { reason }, lease: lease.id });
   }
-  await store.leaseLeftLive(u, lease);
+  await store.leaseLeftLive(u, left);
   await store.consume(u, command.id, 'applied');
 }
 
@@ -57,6 +69,11 @@ async function applyToResource(rt: Runtime, u: Unit, resource: ResourceRow, comm
     return;
   }
   if (command.command === 'reclaim') {
+    // Lock the row before counting its leases: an acquisition holds this row lock until it
+    // commits, so either its lease is counted here or it finds the resource released. Counting
+    // first let an acquisition commit between the count and the CAS (seen on Postgres).
+    const [locked] = await u.sql.query(`SELECT status, reserved_for FROM ${store.s}.resources WHERE id = $1 FOR UPDATE`, [resource.id]);
+    resource = { ...resource, status: locked?.status ?? resource.status, reservedFor: locked ? (locked.reserved_for ?? null) : resource.reservedFor };
     const leases = await store.liveLeaseCount(resource.id, u.sql);
     if (resource.status !== 'active' || leases > 0 || resource.reservedFor) {
       return reject(rt, u, command, resource.status !== 'active' ? `resource is ${resource.status}` : 'resource is in use', { resource: resource.id, blueprint: resource.blueprint });

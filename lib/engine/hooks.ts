@@ -51,14 +51,23 @@ export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, an
     checkReturned(hook, value);
     return { ok: true, value: (value ?? fallback) as T };
   } catch (thrown) {
-    if (thrown instanceof WaitingForChild) return { ok: false, kind: 'child', childId: thrown.childId };
-    if (thrown instanceof RetryLater) {
+    if (isA(thrown, WaitingForChild)) return { ok: false, kind: 'child', childId: thrown.childId };
+    if (isA(thrown, RetryLater)) {
       const delay = thrown.after ?? backoffDelay(rt, attempt);
       return { ok: false, kind: 'retry', at: rt.clock.now().plus(delay), reason: thrown.message };
     }
     return { ok: false, kind: 'failed', error: new HookError(blueprint.name, hook, thrown) };
   } finally {
     cancel?.();
+  }
+}
+
+/** `instanceof` that a hostile thrown value cannot make throw (a revoked Proxy throws on every prototype lookup). */
+function isA<C extends abstract new (...args: any[]) => unknown>(value: unknown, type: C): value is InstanceType<C> {
+  try {
+    return value instanceof type;
+  } catch {
+    return false;
   }
 }
 
@@ -107,8 +116,12 @@ export class MalformedHookResult extends Error {
 }
 
 export function errorCode(error: HookError): string | null {
-  const cause = error.cause as { code?: unknown } | undefined;
-  return cause && typeof cause === 'object' && typeof cause.code === 'string' ? cause.code : null;
+  try {
+    const cause = error.cause as { code?: unknown } | undefined;
+    return cause && typeof cause === 'object' && typeof cause.code === 'string' ? cause.code : null;
+  } catch {
+    return null; // a code getter that throws, or a revoked Proxy
+  }
 }
 
 export function resourceView(r: ResourceRow, leaseCount: number): ResourceView {

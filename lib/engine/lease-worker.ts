@@ -2,7 +2,7 @@ import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
 import { allocate, breakLease } from './allocator.js';
-import { consumeCommands } from './commands.js';
+import { consumeCommands, stopRequested } from './commands.js';
 import { baseContext, callHook, errorCode, leaseView, resourceView } from './hooks.js';
 import { at, backoffDelay, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
 
@@ -64,10 +64,11 @@ export async function processLease(rt: Runtime, claim: LeaseClaim): Promise<Outc
 async function release(rt: Runtime, lease: LeaseRow, type: 'lease.expired' | 'lease.timeout', data: any, reason: string) {
   const { store } = rt;
   await store.unit(async (u) => {
-    await store.casLease(u, lease.id, lease.status, 'released');
+    // The row the CAS returns: a hand-off may have pointed the lease at a reserved resource since it was read.
+    const left = await store.casLease(u, lease.id, lease.status, 'released');
     await store.log(u, { type, data, lease: lease.id });
     await store.log(u, { type: 'lease.released', data: { reason, author: null }, lease: lease.id });
-    await store.leaseLeftLive(u, lease);
+    await store.leaseLeftLive(u, left);
   });
 }
 
@@ -89,6 +90,8 @@ async function activate(rt: Runtime, lease: LeaseRow): Promise<'progress' | Outc
     await store.unit(async (u) => {
       await store.casLease(u, lease.id, 'acquired', 'pending', { resource_id: null, phase: null, phase_attempts: 0 });
       await store.releaseSlots(u, 'lease', lease.id);
+      // A released or broken resource parks until its leases are gone: this one no longer counts.
+      if (resource) await store.wake(u, 'resource', [resource.id]);
       await store.log(u, { type: 'lease.requeued', data: { resource: lease.resourceId ?? '?', reason: resource ? `it is ${resource.status}` : 'it is gone' }, lease: lease.id });
     });
     return 'progress';
@@ -110,6 +113,16 @@ async function activate(rt: Runtime, lease: LeaseRow): Promise<'progress' | Outc
     return 'progress';
   }
   await store.unit(async (u) => {
+    // While activateLease ran, the lease may have been released (acquire() gave up, its
+    // holder let go) or its resource may have broken. The late result then never activates
+    // it: the next step consumes the command, or finds the resource gone and requeues the
+    // lease. FOR SHARE holds the resource's status until this commits: a break after it
+    // sees this lease active and breaks it too.
+    const [current] = await u.sql.query(`SELECT status FROM ${store.s}.resources WHERE id = $1 FOR SHARE`, [resource.id]);
+    if (current?.status !== 'active' || (await stopRequested(rt, u, 'lease', lease.id))) {
+      await store.update(u, 'lease', lease.id, 'acquired', { phase: null, phase_attempts: 0 });
+      return;
+    }
     const attributes = result.value?.attributes ? { ...lease.attributes, ...result.value.attributes } : lease.attributes;
     await store.casLease(u, lease.id, 'acquired', 'active', { phase: null, phase_attempts: 0, attributes });
     await store.log(u, { type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name });

@@ -2,7 +2,7 @@ import type { Blueprint } from '../blueprint/contract.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
 import { normalizeSpec, type LeaseSpec } from '../model/spec.js';
 import { mapLease, type ResourceRow } from '../store/store.js';
-import { breakResource, consumeCommands } from './commands.js';
+import { breakResource, consumeCommands, stopRequested } from './commands.js';
 import { baseContext, callHook, errorCode, leaseView, resourceView, WaitingForChild } from './hooks.js';
 import { at, backoffDelay, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
 
@@ -85,6 +85,12 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
     if (phase === 'allocate') {
       await store.update(u, 'resource', resource.id, 'pending', { attributes, allocated: true, phase: null, phase_attempts: 0 });
       await store.log(u, { type: 'resource.allocated', data: {}, resource: resource.id, blueprint: blueprint.name });
+      return;
+    }
+    if (await stopRequested(rt, u, 'resource', resource.id)) {
+      // Released or broken while activateResource ran: keep what it built for destroyResource,
+      // stay pending; the next step consumes the command. A late result never activates.
+      await store.update(u, 'resource', resource.id, 'pending', { attributes, phase: null, phase_attempts: 0 });
       return;
     }
     await store.casResource(u, resource.id, 'pending', 'active', { attributes, phase: null, phase_attempts: 0, idle_since: u.now });

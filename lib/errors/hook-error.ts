@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import { SlipwayError } from './slipway-error.js';
 
 /** Wraps whatever a blueprint hook threw (an Error or not), naming the hook and blueprint. */
@@ -11,12 +12,38 @@ export class HookError extends SlipwayError {
   }
 }
 
+/**
+ * Whatever a hook threw, as text a log row can hold. Never throws itself, whatever the value
+ * (a cycle, a null prototype, a toString that throws, a revoked Proxy), and never returns what
+ * Postgres refuses to store (a NUL character or a lone surrogate, in text or jsonb).
+ */
 export function describeThrown(thrown: unknown): string {
-  if (thrown instanceof Error) return thrown.message || thrown.name;
+  return storable(describe(thrown));
+}
+
+function describe(thrown: unknown): string {
+  try {
+    if (thrown instanceof Error) return typeof thrown.message === 'string' && thrown.message ? thrown.message : String(thrown.name);
+  } catch {
+    // a revoked Proxy, or a message getter that throws: described as a value below
+  }
   if (typeof thrown === 'string') return thrown;
   try {
-    return JSON.stringify(thrown) ?? String(thrown);
+    const json = JSON.stringify(thrown);
+    // `{}` for an object with keys: JSON dropped them (functions, symbols); inspect shows them.
+    if (json !== undefined && !(json === '{}' && Reflect.ownKeys(thrown as object).length > 0)) return json;
   } catch {
-    return String(thrown);
+    // a cycle, a BigInt, a toJSON that throws: inspect copes with all of them
   }
+  try {
+    return inspect(thrown, { depth: 2, breakLength: Infinity });
+  } catch {
+    return `a thrown ${typeof thrown} that cannot be described`;
+  }
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+function storable(text: string): string {
+  return text.replaceAll('\u0000', '\\u0000').replace(LONE_SURROGATE, '\uFFFD');
 }
