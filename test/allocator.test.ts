@@ -255,7 +255,8 @@ describe('supplemental', () => {
 describe('one allocation in flight per pending lease', () => {
   test('while allocateResource is held, rechecks of the lease build no second resource, even with room in the allocation limit', async () => {
     const held = gate();
-    const bp = fakeBlueprint({ name: 'f', gates: { allocateResource: held.wait }, limits: { allocationLimit: () => 10 } });
+    // The 30 minutes the clock moves below stay within the hook's timeout.
+    const bp = fakeBlueprint({ name: 'f', gates: { allocateResource: held.wait }, limits: { allocationLimit: () => 10 }, timeouts: { allocateResource: { hours: 2 } } });
     const broker = await testBroker({ blueprints: [bp], waitRecheck: { seconds: 1 } });
     const handle = await broker.requestLease({ type: 'fake' });
     // the hook blocks, so runUntilIdle would never return: let the workers run on real time and move the clock by hand

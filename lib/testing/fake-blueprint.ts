@@ -1,3 +1,4 @@
+import type { HookTimeouts } from '../blueprint/timeouts.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { defineBlueprint } from '../blueprint/define-blueprint.js';
 import type { Blueprint, BlueprintImplementation, BlueprintLimits } from '../blueprint/contract.js';
@@ -26,6 +27,8 @@ export interface FakeBlueprintOptions {
   name?: string;
   type?: string;
   limits?: BlueprintLimits;
+  /** Per-hook timeouts, as in the blueprint options. */
+  timeouts?: HookTimeouts;
   enabled?: boolean;
   /** One lease per resource at a time (a slot lock per resource). @defaultValue false */
   exclusive?: boolean;
@@ -127,6 +130,6 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
       echo: (ctx) => ({ lease: ctx.lease.id, resource: ctx.resource.id }),
     },
   });
-  const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits: options.limits, enabled: options.enabled });
+  const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits: options.limits, enabled: options.enabled, timeouts: options.timeouts });
   return Object.assign(Object.create(null), blueprint, { calls, history, fail }) as FakeBlueprint;
 }
