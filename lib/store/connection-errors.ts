@@ -15,3 +15,11 @@ export function isConnectionError(error: unknown): boolean {
   }
   return false;
 }
+
+/** 40P01 deadlock_detected, 40001 serialization_failure: the server rolled the transaction back; running it again is safe. */
+export function isTransientConflict(error: unknown): boolean {
+  for (let e: any = error, depth = 0; e && depth < 4; e = e.driverError ?? e.cause, depth++) {
+    if (e.code === '40P01' || e.code === '40001') return true;
+  }
+  return false;
+}

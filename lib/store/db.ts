@@ -1,5 +1,5 @@
 import type { DataSource, QueryRunner } from 'typeorm';
-import { isConnectionError } from './connection-errors.js';
+import { isConnectionError, isTransientConflict } from './connection-errors.js';
 
 /** One statement runner: the whole database, or one open transaction. */
 export interface Sql {
@@ -80,6 +80,7 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
    */
   async function retrying<T>(attempt: () => Promise<T>): Promise<T> {
     const deadline = Date.now() + reconnectFor;
+    let conflicts = 0;
     for (let delay = 50; ; delay = Math.min(delay * 2, 2_000)) {
       try {
         const result = await attempt();
@@ -89,6 +90,11 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
         }
         return result;
       } catch (error) {
+        // A deadlock or serialization failure rolled the whole transaction back: run it again.
+        if (!closed && isTransientConflict(error) && conflicts++ < 5) {
+          await new Promise((r) => setTimeout(r, 5 + Math.random() * 45));
+          continue;
+        }
         if (closed || error instanceof CommitOutcomeUnknownError || !isConnectionError(error) || Date.now() + delay > deadline) throw error;
         if (!outage) {
           outage = true;
