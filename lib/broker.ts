@@ -508,9 +508,11 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       return collectGarbage(store, clock.now().minus(olderThan));
     },
     async close(o = {}) {
+      // Refuse bad options before anything changes: a refused close leaves the broker as it was.
+      if (o === null || typeof o !== 'object' || Array.isArray(o)) throw new ValidationError('options', 'must be an object ({ grace? })');
+      const grace = o.grace === undefined ? closeGrace : parseDuration(o.grace, 'grace');
       if (closed) return;
       closed = true;
-      const grace = o.grace === undefined ? closeGrace : parseDuration(o.grace, 'grace');
       clearInterval(gcTimer);
       await gcRunning;
       if (engine) await engine.stop(grace);
