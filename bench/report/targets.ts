@@ -1,0 +1,55 @@
+import { round } from '../support/measure.js';
+import type { Results, Target } from './results.js';
+
+const at = (value: number, op: '≤' | '≥', limit: number) => (op === '≤' ? value <= limit : value >= limit);
+
+function target(name: string, value: number, unit: string, op: '≤' | '≥', limit: number): Target {
+  return { name, value: round(value, 3), unit, target: `${op} ${limit}`, pass: Number.isFinite(value) && at(value, op, limit) };
+}
+
+/** The issue's targets, from the figures of this run; a target whose figures were not measured is left out. */
+export function evaluateTargets(r: Results): Target[] {
+  const out: Target[] = [];
+  const pg = r.tiers.postgres;
+  const emb = r.tiers.embedded;
+  if (pg?.warm) {
+    out.push(target('postgres: warm acquire p50', pg.warm.p50Ms, 'ms', '≤', 3));
+    out.push(target('postgres: warm acquire p99', pg.warm.p99Ms, 'ms', '≤', 10));
+  }
+  const pg8 = pg?.throughput?.find((p) => p.clients === 8);
+  if (pg8?.ratioToPgbench != null) {
+    out.push(target(`postgres: cycles/s with 8 acquirers (${pg8.cyclesPerSec}) ÷ pgbench -N TPS at 8 clients (${pg8.pgbenchTps})`, pg8.ratioToPgbench, 'ratio', '≥', 0.25));
+  }
+  for (const [tier, t] of [['postgres', pg], ['embedded', emb]] as const) {
+    if (t?.burst) {
+      const created = target(`${tier}: burst of ${t.burst.leases}: resources ever created`, t.burst.resourcesCreated, 'resources', '≤', t.burst.maxResources);
+      if (!t.burst.drained) {
+        // A burst that never drained has not shown how many resources it needs.
+        created.name += ` (not established: the burst did not drain, ${t.burst.leasesDone} of ${t.burst.leases} done)`;
+        created.pass = false;
+      }
+      out.push(created);
+      const b = t.burst;
+      const drain = b.drained ? `drain ${b.drainMs} ms` : `not drained after ${b.drainMs} ms (${b.leasesDone} of ${b.leases} done; ratio is a lower bound)`;
+      out.push(target(`${tier}: burst of ${b.leases}: ${drain} ÷ ideal ${b.idealMs} ms`, b.ratioToIdeal, 'ratio', '≤', 1.2));
+      if (!b.drained) out[out.length - 1].pass = false;
+    }
+    const points = t?.scale?.points;
+    if (points && points.length >= 2) {
+      const small = points[0];
+      const large = points[points.length - 1];
+      out.push(
+        target(
+          `${tier}: cost per cycle at ${large.resources.toLocaleString('en')} resources (${large.msPerCycleP50} ms) ÷ at ${small.resources} (${small.msPerCycleP50} ms)`,
+          large.msPerCycleP50 / small.msPerCycleP50,
+          'ratio',
+          '≤',
+          1.3,
+        ),
+      );
+    }
+  }
+  const emb8 = emb?.throughput?.find((p) => p.clients === 8);
+  if (emb8) out.push(target('embedded: cycles/s with 8 acquirers', emb8.cyclesPerSec, 'cycles/s', '≥', 150));
+  return out;
+}

@@ -1,0 +1,61 @@
+import { createBroker, type Broker, type DatabaseOptions } from '../../lib/index.js';
+import type { FakeBlueprint } from '../../lib/testing/index.js';
+import type { Tier } from '../support/tiers.js';
+
+/** A cycle that has not finished after this long is reported as stuck instead of hanging the bench. */
+export const STUCK_MS = 30_000;
+
+export class StuckCycleError extends Error {}
+
+/** A broker with the library's defaults (4 workers, pool of 10, real clock) on a fresh schema or database. */
+export async function openBroker(tier: Tier, label: string, blueprint: FakeBlueprint): Promise<{ broker: Broker; database: DatabaseOptions }> {
+  const database = tier.database(label);
+  const broker = await createBroker({ database, blueprints: [blueprint] });
+  return { broker, database };
+}
+
+/** `work`, or a StuckCycleError naming the lease and its status if it takes longer than `limitMs`. */
+export async function bounded<T>(broker: Broker, leaseId: string, phase: string, work: Promise<T>, limitMs = STUCK_MS): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const stuck = new Promise<never>((_, reject) => {
+    timer = setTimeout(async () => {
+      const row = await broker.leases.get(leaseId).catch(() => null);
+      reject(new StuckCycleError(`lease ${leaseId} still not ${phase} after ${limitMs} ms (status ${row?.status ?? 'unknown'}, resource ${row?.resourceId ?? 'none'})`));
+    }, limitMs);
+    timer.unref();
+  });
+  work.catch(() => undefined);
+  try {
+    return await Promise.race([work, stuck]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Lets timers run. On the embedded tier a loop of back-to-back cycles never reaches
+ * the event loop's timer phase (PGlite answers through promise jobs alone, no I/O), so
+ * no setTimeout fires, not the bench's clock, nor the broker's own sweep, heartbeat and
+ * lease timeouts; see bench/README.md, "What limits the figures".
+ */
+export const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * One full lease cycle: request, active, release, destroyed. The same calls as
+ * `broker.acquire()` + `lease.release()` (acquire is requestLease + whenActive), with a
+ * watchdog so that a lease that never moves fails the cycle instead of the whole run,
+ * after one turn of the event loop (see `yieldToEventLoop`).
+ */
+export async function fullCycle(broker: Broker, type = 'fake'): Promise<void> {
+  await yieldToEventLoop();
+  const handle = await broker.requestLease({ type });
+  const lease = await bounded(broker, handle.id, 'active', handle.whenActive());
+  await bounded(broker, handle.id, 'destroyed', lease.release());
+}
+
+/** Holds `count` leases at once, then releases them all: leaves `count` idle active resources of an exclusive blueprint. */
+export async function prewarm(broker: Broker, count: number, type = 'fake'): Promise<void> {
+  const handles = await Promise.all(Array.from({ length: count }, () => broker.requestLease({ type })));
+  const leases = await Promise.all(handles.map((h) => bounded(broker, h.id, 'active', h.whenActive())));
+  await Promise.all(leases.map((l, i) => bounded(broker, handles[i].id, 'destroyed', l.release())));
+}
