@@ -211,8 +211,11 @@ export class Store {
       throw new IllegalTransitionError(kind, id, from, to, actual[0]?.status ?? 'missing');
     }
     unit.events.push({ kind, id, from, to });
-    // A child lease's owner resource may be suspended waiting for it.
-    if (kind === 'lease' && rows[0].parent_resource_id) await this.wake(unit, 'resource', [rows[0].parent_resource_id]);
+    // A child lease's owner resource may be suspended waiting for it: wake it when the child
+    // is settled (active, or on its way out), not on pending/acquired, which it would only wait on again.
+    if (kind === 'lease' && rows[0].parent_resource_id && to !== 'pending' && to !== 'acquired') {
+      await this.wake(unit, 'resource', [rows[0].parent_resource_id]);
+    }
     await this.log(unit, { type: 'status.changed', data: { kind, from, to }, [kind]: id, blueprint: rows[0].blueprint ?? null });
     return rows[0];
   }
