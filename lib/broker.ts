@@ -7,9 +7,10 @@ import type { Blueprint } from './blueprint/contract.js';
 import { BrokerEventBus, type BrokerEvents } from './broker-events.js';
 import { systemClock, type Clock } from './clock.js';
 import { crashPoint } from './engine/crash-points.js';
+import { acquireAtOnce } from './engine/allocator.js';
 import { Engine } from './engine/engine.js';
 import { baseContext, leaseView, resourceView } from './engine/hooks.js';
-import { silentLogger, type Logger, type Runtime } from './engine/runtime.js';
+import { silentLogger, type HookFailure, type Logger, type Runtime } from './engine/runtime.js';
 import { AbortError } from './errors/abort-error.js';
 import { BrokerClosedError } from './errors/broker-closed-error.js';
 import { LeaseBrokenError } from './errors/lease-broken-error.js';
@@ -25,7 +26,8 @@ import type { Db } from './store/db.js';
 import { collectGarbage, type GcResult } from './store/gc.js';
 import { channelFor, Listener } from './store/notifier.js';
 import { checkDatabaseOptions, openDatabase, type DatabaseOptions } from './store/open.js';
-import { mapLease, mapResource, Store, type LeaseRow, type Unit } from './store/store.js';
+import { mapLease, mapResource, Store, type LeaseRow, type LeaseWithResource, type NewLease, type ResourceRow, type StatusEvent, type Unit } from './store/store.js';
+import { CommitOutcomeUnknownError } from './store/db.js';
 import { fromDb, parseDuration, toDb, type DurationInput } from './time.js';
 
 export interface BrokerOptions {
@@ -145,6 +147,16 @@ function atMostADay(duration: Duration, field: string): Duration {
   return duration;
 }
 
+/** For a write that is run again after an unknown outcome: swallows that error only. */
+function unlessOutcomeUnknown(error: unknown): null {
+  if (error instanceof CommitOutcomeUnknownError) return null;
+  throw error;
+}
+
+/** Lease statuses that end a wait for activation, and the one that ends a release. */
+const SETTLED: ReadonlySet<string> = new Set(['active', 'broken', 'released', 'destroyed']);
+const DESTROYED: ReadonlySet<string> = new Set(['destroyed']);
+
 export async function createBroker(options: BrokerOptions = {}): Promise<Broker> {
   if (!isPlainObject(options)) throw new ValidationError('options', 'must be an object');
   for (const key of Object.keys(options)) {
@@ -218,14 +230,23 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     message: renderLog(r.type, r.data ?? {}, renderers(r.blueprint ?? null)),
   });
 
-  const afterCommit = (unit: Unit) => {
-    for (const e of unit.events) events.emit(e.kind, { id: e.id, from: e.from as any, to: e.to as any });
-    for (const l of unit.logs) events.emit('log', toLogEntry(l));
-    if (unit.woke) engine?.poke();
-  };
   const workerId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const channel = channelFor(db.schema);
-  const store = new Store(db, clock, afterCommit, db.embedded ? undefined : { channel, from: workerId });
+  const afterCommit = (unit: Unit) => {
+    for (const e of unit.events) {
+      events.emit(e.kind, { id: e.id, from: e.from as any, to: e.to as any });
+      if (e.kind === 'lease') leaseWatchers.emit(e.id, e);
+    }
+    for (const l of unit.logs) events.emit('log', toLogEntry(l));
+    if (unit.woke) engine?.poke();
+    // The other brokers of the schema: work became due, or leases they may watch moved.
+    const leases = unit.events.filter((e) => e.kind === 'lease' && SETTLED.has(e.to)).map((e) => e.id);
+    if (listener && (unit.woke || leases.length > 0)) listener.send({ from: workerId, work: unit.woke, leases });
+  };
+  const store = new Store(db, clock, afterCommit);
+  // Lease status changes of this process, with the rows their writer had, for `watchLease`.
+  const leaseWatchers = new EventEmitter();
+  leaseWatchers.setMaxListeners(0);
   // Hints from other brokers on the same schema (LISTEN/NOTIFY): wake the workers, re-read watched leases.
   const leaseHints = new EventEmitter();
   leaseHints.setMaxListeners(0);
@@ -283,31 +304,68 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     }
   }
 
-  async function insertLease(spec: NormalizedSpec, extra: { parentResourceId?: string; childKey?: string } = {}): Promise<LeaseRow> {
+  /**
+   * Records a lease. With `atOnce` (only `acquire()`, whose caller waits for the hooks
+   * anyway), a free resource with nobody waiting is taken here, in this call: its hooks
+   * run inline and the lease is created acquired. `requestLease()` and child leases only
+   * record, so that they return as soon as the row exists, however slow the hooks are.
+   */
+  async function insertLease(spec: NormalizedSpec, extra: { parentResourceId?: string; childKey?: string } = {}, atOnce = false): Promise<LeaseRow> {
     if (closed) throw new BrokerClosedError();
     checkSpecAgainstRegistry(spec);
     const id = store.newId('lease');
-    return store.unit(async (u) => {
-      const expiresAt = spec.ttl ? u.now.plus(spec.ttl) : spec.until;
-      const deadlineAt = spec.timeout ? u.now.plus(spec.timeout) : null;
-      const rows = await u.sql.query(
-        `INSERT INTO ${store.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key, created_at, status_changed_at)
-         VALUES ($1, $2, 'pending', $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11, $11) RETURNING *`,
-        [id, spec.type, JSON.stringify(spec.attributes), spec.blueprints, spec.owner, spec.priority, toDb(expiresAt), toDb(deadlineAt), extra.parentResourceId ?? null, extra.childKey ?? null, toDb(u.now)],
-      );
-      const row = mapLease(rows[0]);
-      await store.ensureWork(u, 'lease', id, u.now, spec.priority, row.seq);
-      await store.log(u, { type: 'lease.queued', data: { type: spec.type, owner: spec.owner, priority: spec.priority }, lease: id });
-      u.events.push({ kind: 'lease', id, from: null, to: 'pending' });
-      return row;
-    });
+    // This broker's workers take the new lease at once when they have a free slot: it is
+    // created claimed by them, and its first pass needs no claim and no poll.
+    const claim = engine?.reserve() ?? null;
+    const now = clock.now();
+    const lease: NewLease = {
+      id,
+      type: spec.type,
+      attributes: spec.attributes,
+      blueprints: spec.blueprints,
+      owner: spec.owner,
+      priority: spec.priority,
+      expiresAt: spec.ttl ? now.plus(spec.ttl) : spec.until,
+      deadlineAt: spec.timeout ? now.plus(spec.timeout) : null,
+      parentResourceId: extra.parentResourceId ?? null,
+      childKey: extra.childKey ?? null,
+    };
+    const insert = () => store.single((u) => store.insertLease(u, lease, claim));
+    let row: LeaseRow | null;
+    let trouble: HookFailure | undefined;
+    try {
+      // A free resource and nobody waiting: the lease is created acquired on it.
+      const fast = claim && atOnce ? await acquireAtOnce(runtime, lease, claim).catch(unlessOutcomeUnknown) : null;
+      if (fast && 'lease' in fast) {
+        engine!.adopt('lease', id, fast);
+        return fast.lease;
+      }
+      trouble = fast ?? undefined;
+      try {
+        // (After an unknown outcome of the fast path, this finds the lease it may have written.)
+        row = await insert();
+      } catch (error) {
+        if (!(error instanceof CommitOutcomeUnknownError)) throw error;
+        // The connection died while the insert ran: run it again. Idempotent per id, it
+        // inserts nothing if the first one committed, and the lease is read instead.
+        row = (await insert()) ?? (await store.lease(id));
+      }
+    } catch (error) {
+      if (claim) engine!.unreserve();
+      throw error;
+    }
+    if (!row) {
+      if (claim) engine!.unreserve();
+      throw new Error(`lease ${id} was not recorded`);
+    }
+    if (claim) engine!.adopt('lease', id, { lease: row, trouble });
+    return row;
   }
 
-  async function leaseObject(row: LeaseRow): Promise<Lease> {
-    const resource = row.resourceId ? await store.resource(row.resourceId) : null;
+  async function leaseObject(row: LeaseRow, known?: ResourceRow | null): Promise<Lease> {
+    const resource = known ?? (row.resourceId ? await store.resource(row.resourceId) : null);
     if (!resource) throw new LeaseBrokenError(row.id, 'lease has no resource');
     const blueprint = blueprints.get(resource.blueprint);
-    const leaseCount = await store.liveLeaseCount(resource.id);
     const lease: Lease = {
       id: row.id,
       type: row.type,
@@ -322,7 +380,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
           const offered = Object.keys(blueprint?.implementation.interfaces ?? {});
           throw new ValidationError('interface', `blueprint ${resource.blueprint} offers no "${name}" interface (it offers: ${offered.join(', ') || 'none'})`);
         }
-        return factory({ ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false), lease: leaseView(row), resource: resourceView(resource, leaseCount) });
+        return factory({ ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false), lease: leaseView(row), resource: resourceView(resource) });
       },
       release: (opts) => releaseAndWait(row.id, opts),
       [Symbol.asyncDispose]: () => releaseAndWait(row.id),
@@ -333,17 +391,37 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   async function writeCommand(kind: 'lease' | 'resource', id: string, command: 'release' | 'reclaim' | 'break', data: Record<string, string>, author: string | null) {
     if (closed) throw new BrokerClosedError();
     if (typeof id !== 'string' || !id) throw new ValidationError(kind === 'lease' ? 'leaseId' : 'resourceId', 'must be a non-empty string');
-    await store.unit(async (u) => {
-      const table = kind === 'lease' ? 'leases' : 'resources';
-      const rows = await u.sql.query(`SELECT status FROM ${store.s}.${table} WHERE id = $1`, [id]);
-      if (!rows[0]) throw new NotFoundError(kind, id);
-      if (rows[0].status === 'destroyed') return;
-      await store.command(u, kind, id, command, data, author);
-    });
+    const write = () => store.single((u) => store.writeCommand(u, kind, id, command, data, author));
+    let status: string | null;
+    try {
+      status = await write();
+    } catch (error) {
+      if (!(error instanceof CommitOutcomeUnknownError)) throw error;
+      // The connection died while the command was written: write it again. If both
+      // landed, the second is consumed with "no effect"; a command is never lost.
+      status = await write();
+    }
+    if (status === null) throw new NotFoundError(kind, id);
   }
 
-  /** Waits, on events and a slow re-read (other processes), until `done` says the lease reached an end. */
-  function watchLease<T>(id: string, decide: (row: LeaseRow) => { value: T } | { error: Error } | null, opts: { timeout?: Duration; signal?: AbortSignal; onTimeout?: () => Error; onAbort?: () => Error } = {}): Promise<T> {
+  interface WatchOptions<R> {
+    timeout?: Duration;
+    signal?: AbortSignal;
+    onTimeout?: () => Error;
+    onAbort?: () => Error;
+    /** How to read the lease (default: the row alone). */
+    read?: (id: string) => Promise<R | null>;
+    /** The statuses an event of this broker must carry to be worth a read; the others cannot decide. */
+    decisive?: ReadonlySet<string>;
+    /** The caller knows the lease cannot have reached an end yet: wait for an event or a re-read. */
+    skipFirstRead?: boolean;
+    /** What an event of this process tells without a read, if enough (the row its writer had). */
+    fromEvent?: (e: StatusEvent) => R | null;
+  }
+
+  /** Waits, on events and a slow re-read (other processes), until `decide` says the lease reached an end. */
+  function watchLease<T, R extends LeaseRow = LeaseRow>(id: string, decide: (row: R) => { value: T } | { error: Error } | null, opts: WatchOptions<R> = {}): Promise<T> {
+    const read = opts.read ?? ((leaseId: string) => store.lease(leaseId) as Promise<R | null>);
     return new Promise<T>((resolve, reject) => {
       let finished = false;
       let checking = false;
@@ -360,7 +438,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         if (checking) return void (again = true);
         checking = true;
         try {
-          const row = await store.lease(id);
+          const row = await read(id);
           const verdict = row ? decide(row) : { error: new NotFoundError('lease', id) };
           if (verdict && 'value' in verdict) finish(() => resolve(verdict.value));
           else if (verdict) finish(() => reject(verdict.error));
@@ -374,7 +452,16 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
           }
         }
       };
-      cleanups.push(events.on('lease', (e) => e.id === id && void check()));
+      const onChange = (e: StatusEvent) => {
+        if (opts.decisive && !opts.decisive.has(e.to)) return;
+        const known = opts.fromEvent?.(e);
+        if (!known) return void check();
+        const verdict = decide(known);
+        if (verdict && 'value' in verdict) finish(() => resolve(verdict.value));
+        else if (verdict) finish(() => reject(verdict.error));
+      };
+      leaseWatchers.on(id, onChange);
+      cleanups.push(() => leaseWatchers.off(id, onChange));
       const onHint = () => void check();
       leaseHints.on(id, onHint).on('*', onHint);
       cleanups.push(() => leaseHints.off(id, onHint).off('*', onHint));
@@ -391,14 +478,14 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         opts.signal.addEventListener('abort', onAbort, { once: true });
         cleanups.push(() => opts.signal!.removeEventListener('abort', onAbort));
       }
-      void check();
+      if (!opts.skipFirstRead) void check();
     });
   }
 
-  async function whenActive(id: string, opts: { timeout?: DurationInput; signal?: AbortSignal } = {}): Promise<Lease> {
+  async function whenActive(id: string, opts: { timeout?: DurationInput; signal?: AbortSignal; justRequested?: boolean } = {}): Promise<Lease> {
     const timeout = opts.timeout === undefined ? undefined : parseDuration(opts.timeout, 'timeout');
     const giveUp = () => void writeCommand('lease', id, 'release', { reason: 'not active in time' }, 'acquire').catch(() => undefined);
-    const row = await watchLease<LeaseRow>(
+    const row = await watchLease<LeaseWithResource, LeaseWithResource>(
       id,
       (l) => {
         if (l.status === 'active') return { value: l };
@@ -411,27 +498,40 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         signal: opts.signal,
         onTimeout: () => (giveUp(), new LeaseTimeoutError(id, timeout!.toHuman() || timeout!.toISO()!)),
         onAbort: () => (giveUp(), new AbortError(`lease ${id}: aborted before it became active`, { cause: opts.signal?.reason })),
+        read: (leaseId) => store.leaseWithResource(leaseId),
+        // The worker that activated the lease in this process had both rows.
+        fromEvent: (e) => (e.row && e.resource ? { ...(e.row as LeaseRow), resource: e.resource } : null),
+        decisive: SETTLED,
+        skipFirstRead: opts.justRequested,
       },
     );
-    return leaseObject(row);
+    return leaseObject(row, row.resource);
   }
 
   async function releaseAndWait(id: string, opts: { wait?: boolean } = {}): Promise<void> {
     await writeCommand('lease', id, 'release', { reason: 'released by its holder' }, 'holder');
     if (opts.wait === false) return;
-    await watchLease(id, (l) => (l.status === 'destroyed' ? { value: undefined } : null));
+    await watchLease(id, (l) => (l.status === 'destroyed' ? { value: undefined } : null), { decisive: DESTROYED, fromEvent: (e) => (e.row as LeaseRow | undefined) ?? null });
+  }
+
+  /** Records a lease request; the caller watches it. */
+  async function request(spec: LeaseSpec, atOnce = false) {
+    const normalized = normalizeSpec(spec);
+    // No acquire timeout and no abort signal: hooks run inline cannot honour either.
+    const row = await insertLease(normalized, {}, atOnce && !normalized.timeout && !normalized.signal);
+    crashPoint('acquire.recorded');
+    const activeOptions = (opts: { timeout?: DurationInput; signal?: AbortSignal }) => ({ timeout: opts.timeout ?? normalized.timeout ?? undefined, signal: opts.signal ?? normalized.signal });
+    return { id: row.id, activeOptions };
   }
 
   async function requestLease(spec: LeaseSpec): Promise<LeaseHandle> {
-    const normalized = normalizeSpec(spec);
-    const row = await insertLease(normalized);
-    crashPoint('acquire.recorded');
+    const { id, activeOptions } = await request(spec);
     return {
-      id: row.id,
-      whenActive: (opts = {}) => whenActive(row.id, { timeout: opts.timeout ?? (normalized.timeout ?? undefined), signal: opts.signal ?? normalized.signal }),
-      status: async () => (await store.lease(row.id))!.status,
-      release: (opts) => releaseAndWait(row.id, opts),
-      [Symbol.asyncDispose]: () => releaseAndWait(row.id),
+      id,
+      whenActive: (opts = {}) => whenActive(id, activeOptions(opts)),
+      status: async () => (await store.lease(id))!.status,
+      release: (opts) => releaseAndWait(id, opts),
+      [Symbol.asyncDispose]: () => releaseAndWait(id),
     };
   }
 
@@ -453,8 +553,10 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   const broker: Broker = {
     clock,
     async acquire(spec) {
-      const handle = await requestLease(spec);
-      return handle.whenActive();
+      const { id, activeOptions } = await request(spec, true);
+      // Nothing can have moved the lease since its insert returned: no statement completes
+      // between here and the watch starting, so the watch skips its first read.
+      return whenActive(id, { ...activeOptions({}), justRequested: true });
     },
     requestLease,
     release: (id, o = {}) => writeCommand('lease', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null),

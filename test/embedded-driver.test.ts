@@ -1,5 +1,5 @@
 import { PGlite } from '@electric-sql/pglite';
-import { DataSource } from 'typeorm';
+import { DataSource, type QueryRunner } from 'typeorm';
 import { PGliteDriver } from 'typeorm-pglite';
 import { internals } from '../lib/broker.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
@@ -81,7 +81,7 @@ describe('one broker under 50 concurrent flows', () => {
  * - 20 concurrent read-modify-write increments of one counter, each in a transaction (SELECT ... FOR UPDATE, a pause, UPDATE);
  * - a transaction that inserts 'doomed' and then fails (rolled back), while another inserts 'kept' and commits.
  */
-async function workload(db: Db) {
+async function workload(db: Pick<Db, 'query' | 'execute' | 'transaction'>) {
   await db.execute(`CREATE TABLE IF NOT EXISTS public.counter (id int PRIMARY KEY, n int NOT NULL)`);
   await db.execute(`CREATE TABLE IF NOT EXISTS public.notes (v text NOT NULL)`);
   await db.execute(`INSERT INTO public.counter VALUES (1, 0) ON CONFLICT (id) DO UPDATE SET n = 0`);
@@ -127,10 +127,41 @@ async function ourDb(): Promise<Db> {
   return createDb(dataSource, 'public', { embedded: true, onClose: () => pglite.close() });
 }
 
-async function typeormPgliteDb(): Promise<Db> {
+/** typeorm-pglite as its users use it: every statement and transaction through TypeORM's own QueryRunner. */
+async function typeormPgliteDb(): Promise<Pick<Db, 'query' | 'execute' | 'transaction' | 'close'>> {
   const dataSource = new DataSource({ type: 'postgres', driver: new PGliteDriver().driver, installExtensions: false });
   await dataSource.initialize();
-  return createDb(dataSource, 'public', { embedded: true });
+  const runnerSql = (runner: QueryRunner) => ({
+    query: async (text: string, params?: unknown[]) => (await runner.query(text, params, true)).records as any[],
+    execute: async (text: string, params?: unknown[]) => (await runner.query(text, params, true)).affected ?? 0,
+  });
+  const withRunner = async <T>(work: (runner: QueryRunner) => Promise<T>) => {
+    const runner = dataSource.createQueryRunner();
+    try {
+      return await work(runner);
+    } finally {
+      await runner.release();
+    }
+  };
+  return {
+    query: (text, params) => withRunner((r) => runnerSql(r).query(text, params)),
+    execute: (text, params) => withRunner((r) => runnerSql(r).execute(text, params)),
+    transaction: (work) =>
+      withRunner(async (runner) => {
+        await runner.startTransaction();
+        try {
+          const result = await work(runnerSql(runner));
+          await runner.commitTransaction();
+          return result;
+        } catch (error) {
+          if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+          throw error;
+        }
+      }),
+    close: async () => {
+      if (dataSource.isInitialized) await dataSource.destroy();
+    },
+  };
 }
 
 // DESIGN "Storage": typeorm-pglite lets concurrent transactions interleave on PGlite's one session and shares one

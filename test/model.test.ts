@@ -223,7 +223,7 @@ interface ResourceModel {
 interface Snapshot {
   now: number;
   leases: Array<{ id: string; status: string; resourceId: string | null; expiresAt: number | null; brokenReason: string | null }>;
-  resources: Array<{ id: string; status: string; blueprint: string }>;
+  resources: Array<{ id: string; status: string; blueprint: string; leaseCount: number }>;
   work: Map<string, { runAt: number | null; claimedBy: string | null }>;
   slots: Array<{ key: string; holderKind: string; holderId: string }>;
   commands: Array<{ id: number; targetKind: string; targetId: string; command: string; author: string | null; consumed: boolean; outcome: string | null }>;
@@ -479,7 +479,7 @@ class ModelRun {
     return db.transaction(async (tx) => {
       await tx.execute('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
       const leases = await tx.query(`SELECT id, status, resource_id, expires_at, broken_reason FROM ${s}.leases ORDER BY seq`);
-      const resources = await tx.query(`SELECT id, status, blueprint FROM ${s}.resources ORDER BY created_at, id`);
+      const resources = await tx.query(`SELECT id, status, blueprint, lease_count FROM ${s}.resources ORDER BY created_at, id`);
       const work = await tx.query(`SELECT object_kind, object_id, run_at, claimed_by FROM ${s}.work_items`);
       const slots = await tx.query(`SELECT key, holder_kind, holder_id FROM ${s}.slot_locks`);
       const commands = await tx.query(`SELECT id, target_kind, target_id, command, author, consumed_at, outcome FROM ${s}.commands ORDER BY id`);
@@ -491,7 +491,7 @@ class ModelRun {
         now,
         inflight,
         leases: leases.map((r) => ({ id: r.id, status: r.status, resourceId: r.resource_id ?? null, expiresAt: ms(r.expires_at), brokenReason: r.broken_reason ?? null })),
-        resources: resources.map((r) => ({ id: r.id, status: r.status, blueprint: r.blueprint })),
+        resources: resources.map((r) => ({ id: r.id, status: r.status, blueprint: r.blueprint, leaseCount: Number(r.lease_count) })),
         work: new Map(work.map((r) => [`${r.object_kind}:${r.object_id}`, { runAt: ms(r.run_at), claimedBy: r.claimed_by ?? null }])),
         slots: slots.map((r) => ({ key: r.key, holderKind: r.holder_kind, holderId: r.holder_id })),
         commands: commands.map((r) => ({
@@ -615,6 +615,12 @@ class ModelRun {
         const on = snap.leases.filter((l) => l.resourceId === r.id && l.status !== 'destroyed' && l.status !== 'pending');
         if (on.length > 1) problems.push(`exclusive resource ${r.id} has ${on.length} leases: ${on.map((l) => `${l.id} ${l.status}`).join(', ')}`);
       }
+    }
+
+    // The lease count a resource keeps (the allocator's index) is its leases not destroyed yet, at every step.
+    for (const r of snap.resources) {
+      const counted = snap.leases.filter((l) => l.resourceId === r.id && l.status !== 'destroyed').length;
+      if (r.leaseCount !== counted) problems.push(`resource ${r.id} keeps lease_count ${r.leaseCount} but has ${counted} leases not destroyed`);
     }
 
     // 4. No lease is active on a resource that is not active (unless it has been told and not yet listened: an unconsumed command).

@@ -46,4 +46,40 @@ describe('waking waiting leases', () => {
     expect(await low.status()).toBe('pending');
     await broker.close();
   });
+
+  test('requestLease returns once the lease is recorded, while the blueprint\'s acquireLease hook still runs', async () => {
+    let hold: Promise<void> | null = null;
+    let open = () => {};
+    const bp = fakeBlueprint({ name: 'slow', gates: { acquireLease: () => hold ?? Promise.resolve() } });
+    const broker = await testBroker({ blueprints: [bp] });
+    await (await broker.acquire({ type: 'fake' })).release(); // an idle active resource
+    hold = new Promise<void>((resolve) => (open = resolve));
+    const handle = await broker.requestLease({ type: 'fake' });
+    expect(await handle.status()).toBe('pending'); // recorded; its hook is blocked
+    open();
+    const lease = await handle.whenActive();
+    expect(lease.status).toBe('active');
+    await lease.release();
+    await broker.close();
+  });
+
+  test('acquire() on an idle active resource writes the lease once, already acquired: its hooks run before the row exists', async () => {
+    const seen: number[] = [];
+    let broker: Awaited<ReturnType<typeof testBroker>> | undefined;
+    const bp = fakeBlueprint({ name: 'quick', gates: { acquireLease: async () => void seen.push((await broker!.leases.list()).filter((l) => l.status !== 'destroyed').length) } });
+    broker = await testBroker({ blueprints: [bp] });
+    await (await broker.acquire({ type: 'fake' })).release();
+    seen.length = 0;
+    const lease = await broker.acquire({ type: 'fake' });
+    expect(seen).toEqual([0]); // the hook ran with no lease row yet: the fast path
+    const changes = (await broker.logs({ lease: lease.id, type: 'status.changed' })).map((l) => `${(l.data as { from: string }).from}>${(l.data as { to: string }).to}`);
+    expect(changes).toEqual(['pending>acquired', 'acquired>active']);
+    // With an acquire timeout the hooks are not run inline (they could not honour it).
+    seen.length = 0;
+    const timed = await broker.acquire({ type: 'fake', timeout: { minutes: 1 } });
+    expect(seen).toEqual([2]); // the lease above, and this one, recorded pending first
+    await lease.release();
+    await timed.release();
+    await broker.close();
+  });
 });

@@ -88,7 +88,7 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
       const sp = (x: { p50: number; p90: number; max: number }) => `${x.p50} / ${x.p90} / ${x.max}`;
       out.push(
         `From the broker's log rows: ${d.waitPassesPerLease} waiting passes per lease, ${d.slotLockFailures} slot-lock failures, ` +
-          `${n(d.statements.perCycle.statements, 0)} statements and ${n(d.statements.perCycle.transactions, 1)} transactions per lease (a plain cycle: see the profile). ` +
+          `${n(d.statements.perCycle.statements, 0)} statements and ${n(d.statements.perCycle.transactions, 1)} commits per lease (a plain cycle: see the profile). ` +
           `Resources became active at ${d.resourceActivationsMs.join(', ')} ms. Per lease, p50 / p90 / max ms:`,
       );
       out.push('');
@@ -111,7 +111,7 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
     const small = s.points[0];
     out.push(
       table(
-        ['idle resources', 'cycles', 'ms/cycle p50', 'mean', 'p99', '÷ at smallest', 'statements/cycle', 'transactions/cycle', 'heaviest statement', 'its ms/cycle', 'its rows/call', 'rss MB'],
+        ['idle resources', 'cycles', 'ms/cycle p50', 'mean', 'p99', '÷ at smallest', 'statements/cycle', 'commits/cycle', 'heaviest statement', 'its ms/cycle', 'its rows/call', 'rss MB'],
         s.points.map((p) => {
           const top = p.statements?.top[0];
           return [
@@ -161,7 +161,7 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
     out.push('');
     out.push(
       table(
-        ['phase', 'statements', 'transactions', 'client-side statement ms', 'wall ms'],
+        ['phase', 'statements', 'commits', 'client-side statement ms', 'wall ms'],
         [
           ['acquire (request → active)', n(p.acquire.perCycle.statements), n(p.acquire.perCycle.transactions), n(p.acquire.perCycle.statementMs), n(p.acquire.perCycle.wallMs)],
           ['release (→ destroyed, + 30 ms tail)', n(p.release.perCycle.statements), n(p.release.perCycle.transactions), n(p.release.perCycle.statementMs), n(p.release.perCycle.wallMs)],

@@ -1,18 +1,23 @@
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
+import { observeNamedStatements } from '../../lib/store/embedded-driver.js';
 
 /**
  * Counts the statements the broker sends, without pg_stat_statements: wraps
- * `pg.Client.prototype.query` (every pooled connection TypeORM opens on Postgres) and
- * PGlite's `query`/`exec` (the embedded driver). While a window is open it records, per
- * statement text, the calls, the rows that came back, and the time from send to answer
- * as the client sees it (round trip plus server time).
+ * `pg.Client.prototype.query` (every pooled connection TypeORM opens on Postgres),
+ * PGlite's `query`/`exec`, and the embedded driver's prepared statements (through its
+ * bench-only observer). While a window is open it records, per statement text, the
+ * calls, the rows that came back, the time from send to answer as the client sees it
+ * (round trip plus server time), and how many of them were writes outside a transaction:
+ * with each BEGIN, those are the commits (`transactions`).
  */
 export interface StatementStat {
   key: string;
   calls: number;
   totalMs: number;
   rows: number;
+  /** Calls that wrote outside a transaction: each committed by itself. */
+  standalone: number;
   /** The full text and parameters of one call, for EXPLAIN ANALYZE. */
   sample: { text: string; params: unknown[] };
 }
@@ -30,6 +35,15 @@ export interface CounterSnapshot {
 
 let current: StatementCounter | null = null;
 let installed = false;
+/** Connections (pg clients, PGlite instances) between a BEGIN and its COMMIT or ROLLBACK. */
+const inTransaction = new WeakSet<object>();
+
+function track(session: object, text: string): boolean {
+  const within = inTransaction.has(session);
+  if (/^\s*(BEGIN|START TRANSACTION)/i.test(text)) inTransaction.add(session);
+  else if (/^\s*(COMMIT|ROLLBACK)/i.test(text)) inTransaction.delete(session);
+  return within;
+}
 
 function install() {
   if (installed) return;
@@ -42,11 +56,12 @@ function install() {
     const text = typeof config === 'string' ? config : config?.text;
     const params = Array.isArray(values) ? values : Array.isArray(config?.values) ? config.values : [];
     if (typeof text !== 'string') return pgQuery.call(this, config, values, callback);
+    const within = track(this, text);
     const started = performance.now();
     const cb = typeof values === 'function' ? values : typeof callback === 'function' ? callback : null;
     if (cb) {
       const wrapped = (err: unknown, r: any) => {
-        counter.record(text, params, performance.now() - started, r?.rows?.length ?? 0);
+        counter.record(text, params, performance.now() - started, r?.rows?.length ?? 0, within);
         cb(err, r);
       };
       return typeof values === 'function' ? pgQuery.call(this, config, wrapped) : pgQuery.call(this, config, values, wrapped);
@@ -54,12 +69,14 @@ function install() {
     const result = pgQuery.call(this, config, values, callback);
     if (result && typeof result.then === 'function') {
       result.then(
-        (r: any) => counter.record(text, params, performance.now() - started, Array.isArray(r) ? 0 : (r?.rows?.length ?? 0)),
-        () => counter.record(text, params, performance.now() - started, 0),
+        (r: any) => counter.record(text, params, performance.now() - started, Array.isArray(r) ? 0 : (r?.rows?.length ?? 0), within),
+        () => counter.record(text, params, performance.now() - started, 0, within),
       );
-    } else counter.record(text, params, 0, 0);
+    } else counter.record(text, params, 0, 0, within);
     return result;
   };
+  // The embedded driver's named (prepared) statements bypass PGlite's query().
+  observeNamedStatements((text, params, ms, rows, session) => current?.record(text, params, ms, rows, inTransaction.has(session)));
   // PGlite's methods live on its base class.
   let owner: any = PGlite.prototype;
   while (owner && !Object.prototype.hasOwnProperty.call(owner, 'query')) owner = Object.getPrototypeOf(owner);
@@ -68,27 +85,29 @@ function install() {
   const liteExec = owner.exec;
   owner.query = async function (text: string, params?: unknown[], options?: unknown) {
     const counter = current;
+    const within = track(this, text);
     if (!counter) return liteQuery.call(this, text, params, options);
     const started = performance.now();
     try {
       const r = await liteQuery.call(this, text, params, options);
-      counter.record(text, params ?? [], performance.now() - started, r?.rows?.length ?? 0);
+      counter.record(text, params ?? [], performance.now() - started, r?.rows?.length ?? 0, within);
       return r;
     } catch (error) {
-      counter.record(text, params ?? [], performance.now() - started, 0);
+      counter.record(text, params ?? [], performance.now() - started, 0, within);
       throw error;
     }
   };
   owner.exec = async function (text: string, options?: unknown) {
     const counter = current;
+    const within = track(this, text);
     if (!counter) return liteExec.call(this, text, options);
     const started = performance.now();
     try {
       const r = await liteExec.call(this, text, options);
-      counter.record(text, [], performance.now() - started, r?.[r.length - 1]?.rows?.length ?? 0);
+      counter.record(text, [], performance.now() - started, r?.[r.length - 1]?.rows?.length ?? 0, within);
       return r;
     } catch (error) {
-      counter.record(text, [], performance.now() - started, 0);
+      counter.record(text, [], performance.now() - started, 0, within);
       throw error;
     }
   };
@@ -130,11 +149,12 @@ export class StatementCounter {
     return this;
   }
 
-  record(text: string, params: unknown[], ms: number, rows: number) {
+  record(text: string, params: unknown[], ms: number, rows: number, inTransaction: boolean) {
     const key = statementKey(text);
     let s = this.stats.get(key);
-    if (!s) this.stats.set(key, (s = { key, calls: 0, totalMs: 0, rows: 0, sample: { text, params } }));
+    if (!s) this.stats.set(key, (s = { key, calls: 0, totalMs: 0, rows: 0, standalone: 0, sample: { text, params } }));
     s.calls++;
+    if (!inTransaction && /^(INSERT|UPDATE|DELETE|WITH)/i.test(key)) s.standalone++;
     s.totalMs += ms;
     s.rows += rows;
   }
@@ -142,7 +162,8 @@ export class StatementCounter {
   snapshot(cycles: number, topN = 12): CounterSnapshot {
     const all = [...this.stats.values()];
     const statements = all.reduce((a, s) => a + s.calls, 0);
-    const transactions = all.filter((s) => /^(START TRANSACTION|BEGIN)/i.test(s.key)).reduce((a, s) => a + s.calls, 0);
+    // Commits: each transaction, and each write sent on its own (it commits by itself).
+    const transactions = all.reduce((a, s) => a + (/^(START TRANSACTION|BEGIN)/i.test(s.key) ? s.calls : s.standalone), 0);
     const statementMs = all.reduce((a, s) => a + s.totalMs, 0);
     const wallMs = this.wallMs;
     const n = Math.max(1, cycles);

@@ -95,7 +95,9 @@ export function localHosts(options: BlueprintOptions<LocalHostsConfig>): Bluepri
     if (limits?.maxResources !== undefined && limits.maxResources !== 1) {
       throw new ValidationError('limits.maxResources', `must be 1 for localHosts: one resource is the local machine (got ${JSON.stringify(limits.maxResources)}); use config.slots for concurrency`);
     }
-    return implementation({ ...options, limits: { ...limits, maxResources: 1 } });
+    // Each lease holds one of `slots` slot locks: the resource is full at `slots` leases.
+    const slots = (options.config as LocalHostsConfig | undefined)?.slots ?? 1;
+    return implementation({ ...options, limits: { ...(Number.isInteger(slots) ? { maxLeasesPerResource: slots } : {}), ...limits, maxResources: 1 } });
   }
   return implementation(options);
 }

@@ -168,6 +168,13 @@ export interface BlueprintLimits {
   maxResources?: number;
   /** How many resources may be allocating at once, given how many are active. @defaultValue `max(1, ceil(0.25 × active))` */
   allocationLimit?: (activeCount: number) => number;
+  /**
+   * At most this many leases on one resource at a time (1: exclusive), enforced in the
+   * transaction that acquires a lease. The allocator then skips full resources in its
+   * query instead of asking `canAcquireLease` of each, which keeps a waiting lease's pass
+   * cheap however many busy resources the pool holds. @defaultValue no limit (ask the hooks)
+   */
+  maxLeasesPerResource?: number;
   /** Prefer growing the pool over sharing a resource that already has leases. @defaultValue false */
   supplemental?: boolean;
   /** An idle resource may be reclaimed for another lease after no leases for this long. @defaultValue 0 (as soon as it is idle) */
@@ -204,6 +211,7 @@ export interface Blueprint<Config = unknown, ResourceAttrs extends JsonObject = 
 
 export interface NormalizedLimits {
   maxResources: number | null;
+  maxLeasesPerResource: number | null;
   allocationLimit: (activeCount: number) => number;
   supplemental: boolean;
   reclaimIdleAfter: Duration;

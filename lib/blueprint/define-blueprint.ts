@@ -75,10 +75,13 @@ export function defineBlueprint<Config = unknown, ResourceAttrs extends JsonObje
 function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementation: BlueprintImplementation<Config, any, any>, config: Config): NormalizedLimits {
   if (limits !== undefined && (limits === null || typeof limits !== 'object' || Array.isArray(limits))) throw new ValidationError('limits', 'must be an object');
   const l = limits ?? {};
-  const known = new Set(['maxResources', 'allocationLimit', 'supplemental', 'reclaimIdleAfter', 'idleExpiry']);
+  const known = new Set(['maxResources', 'maxLeasesPerResource', 'allocationLimit', 'supplemental', 'reclaimIdleAfter', 'idleExpiry']);
   for (const key of Object.keys(l)) if (!known.has(key)) throw new ValidationError(`limits.${key}`, 'is not a known limit');
   if (l.maxResources !== undefined && !(Number.isInteger(l.maxResources) && l.maxResources >= 1 && l.maxResources <= 100_000)) {
     throw new ValidationError('limits.maxResources', `must be an integer from 1 to 100000 (got ${JSON.stringify(l.maxResources)})`);
+  }
+  if (l.maxLeasesPerResource !== undefined && !(Number.isInteger(l.maxLeasesPerResource) && l.maxLeasesPerResource >= 1 && l.maxLeasesPerResource <= 100_000)) {
+    throw new ValidationError('limits.maxLeasesPerResource', `must be an integer from 1 to 100000 (got ${JSON.stringify(l.maxLeasesPerResource)})`);
   }
   if (l.allocationLimit !== undefined && typeof l.allocationLimit !== 'function') throw new ValidationError('limits.allocationLimit', 'must be a function (activeCount) => number');
   if (l.supplemental !== undefined && typeof l.supplemental !== 'boolean') throw new ValidationError('limits.supplemental', 'must be a boolean');
@@ -86,6 +89,7 @@ function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementa
   const fromImplementation = typeof implementation.idleExpiry === 'function' ? implementation.idleExpiry(config) : implementation.idleExpiry;
   return {
     maxResources: l.maxResources ?? null,
+    maxLeasesPerResource: l.maxLeasesPerResource ?? null,
     allocationLimit: (active) => {
       const value = allocationLimit(active);
       // A user function that returns nonsense must not disable the rate limit.

@@ -1,18 +1,25 @@
 import type { Blueprint } from '../blueprint/contract.js';
 import { NoBlueprintError } from '../errors/no-blueprint-error.js';
-import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
-import type { LeaseRow, ResourceRow } from '../store/store.js';
-import { mapResource } from '../store/store.js';
+import type { DateTime } from 'luxon';
+import type { JsonObject } from '../model/spec.js';
+import { mapResource, slotConflictKeys, type LeaseRow, type NewLease, type ResourceRow } from '../store/store.js';
 import { toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
-import { baseContext, callHook, errorCode, leaseView, resourceView, type HookResult } from './hooks.js';
-import { at, blueprintsForType, type Outcome, type Runtime } from './runtime.js';
-
-/** A pass either moved the lease on (`progress`: look at it again) or decided when to look next. */
-export type AllocatorResult = 'progress' | Outcome;
+import { baseContext, callHook, errorCode, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
+import { at, blueprintsForType, REREAD, type HookFailure, type LeaseMoved, type LeaseStep, type Runtime } from './runtime.js';
 
 interface Claim {
   chained: boolean;
+}
+
+/** Candidates are read a page at a time, in the allocator's order, until one takes the lease. */
+const PAGE = 16;
+
+/** Why this pass found nothing: a lease asking for the same would be refused the same, unless a hook said no to this lease. */
+interface Reasons {
+  list: string[];
+  /** A hook refused this lease (canEverAllocate, canAllocate or canAcquireLease said no): a differently shaped lease might fare better. */
+  leaseSpecific: boolean;
 }
 
 /**
@@ -21,26 +28,26 @@ interface Claim {
  * `maxResources` allow; else reclaim an idle resource; else wait. A pending lease
  * drives at most one allocation at a time (`allocating_resource_id`) and waits for it.
  */
-export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Promise<AllocatorResult> {
+export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Promise<LeaseStep> {
   const { store } = rt;
-  const reasons: string[] = [];
+  const reasons: Reasons = { list: [], leaseSpecific: false };
   const ofType = blueprintsForType(rt, lease.type);
   const allowed = lease.blueprints ? ofType.filter((b) => lease.blueprints!.includes(b.name)) : ofType;
   const candidates: Blueprint<any, any, any>[] = [];
   for (const blueprint of allowed) {
     if (!blueprint.enabled) {
-      reasons.push(`${blueprint.name} is disabled`);
+      reasons.list.push(`${blueprint.name} is disabled`);
       continue;
     }
     const ever = await leaseHook<boolean>(rt, blueprint, 'canEverAllocate', lease, true);
     if (!ever.ok) return hookTrouble(rt, lease, ever);
     if (ever.value) candidates.push(blueprint);
-    else reasons.push(`${blueprint.name}: canEverAllocate said no`);
+    else reasons.list.push(`${blueprint.name}: canEverAllocate said no`);
   }
   if (candidates.length === 0) {
-    const error = new NoBlueprintError(lease.type, allowed.map((b) => b.name), reasons);
+    const error = new NoBlueprintError(lease.type, allowed.map((b) => b.name), reasons.list);
     await breakLease(rt, lease, error.message);
-    return 'progress';
+    return REREAD;
   }
   const names = candidates.map((b) => b.name);
   const byName = new Map(candidates.map((b) => [b.name, b]));
@@ -48,57 +55,48 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
   // The allocation this lease already drives comes first; while it is pending, wait for it.
   if (lease.allocatingResourceId) {
     const driven = await store.resource(lease.allocatingResourceId);
-    if (driven?.status === 'pending') return wait(rt, lease, claim, names, [`waiting for resource ${driven.id} to activate`]);
+    if (driven?.status === 'pending') return wait(rt, lease, claim, names, { list: [`waiting for resource ${driven.id} to activate`], leaseSpecific: false });
     const blueprint = driven && byName.get(driven.blueprint);
     if (driven?.status === 'active' && blueprint) {
       const got = await tryAcquire(rt, lease, driven, blueprint, reasons);
       if (got !== 'no') return got;
     }
-    await store.unit(async (u) => {
-      await store.update(u, 'lease', lease.id, 'pending', { allocating_resource_id: null });
-      await u.sql.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2`, [lease.allocatingResourceId, lease.id]);
-    });
+    await store.single((u) => u.sql.query(store.sql.forgetReservation, [lease.id, lease.allocatingResourceId]));
     lease.allocatingResourceId = null;
     // The reservation was a hand-off this lease could not use: pass it on.
     claim.chained = true;
   }
 
   // 1. An existing active resource: unleased ones first, then shared ones.
-  const rows = await store.db.query(
-    `SELECT r.*, (SELECT count(*)::int FROM ${store.s}.leases l WHERE l.resource_id = r.id AND l.status <> 'destroyed') AS lease_count
-     FROM ${store.s}.resources r
-     WHERE r.blueprint = ANY($1::text[]) AND r.status = 'active' AND (r.reserved_for IS NULL OR r.reserved_for = $2)
-     ORDER BY lease_count, r.created_at, r.id`,
-    [names, lease.id],
-  );
-  const active = rows.map((r) => ({ resource: mapResource(r), leaseCount: Number(r.lease_count) }));
-  const tryAll = async (list: typeof active) => {
-    for (const { resource } of list) {
-      const got = await tryAcquire(rt, lease, resource, byName.get(resource.blueprint)!, reasons);
-      if (got !== 'no') return got;
+  const tryResources = async (leased: boolean) => {
+    for (const blueprint of candidates) {
+      for await (const resource of freeResources(rt, lease.id, blueprint, leased)) {
+        const got = await tryAcquire(rt, lease, resource, blueprint, reasons);
+        if (got !== 'no') return got;
+      }
     }
     return 'no' as const;
   };
-  let got = await tryAll(active.filter((a) => a.leaseCount === 0));
+  let got = await tryResources(false);
   if (got !== 'no') return got;
 
   // 2. A new resource; supplemental blueprints grow before they share.
   const full: Blueprint<any, any, any>[] = [];
-  const grow = async (list: Blueprint<any, any, any>[]) => {
+  const grow = async (list: Blueprint<any, any, any>[]): Promise<'no' | LeaseStep> => {
     for (const blueprint of list) {
       const result = await tryAllocate(rt, lease, blueprint, reasons);
-      // 'progress' without 'allocated': canAllocate failed and broke the lease. Going on to
-      // the next blueprint would build a resource reserved for a broken lease, forever.
-      if (result === 'allocated' || result === 'look-again' || result === 'progress') return 'progress' as const;
-      if (typeof result === 'object') return result;
+      // A lease step: canAllocate failed and broke the lease, or an allocation was recorded.
+      // Going on to the next blueprint would build a resource reserved for a broken lease.
+      if (result === 'allocated' || result === 'look-again') return REREAD;
+      if (typeof result === 'object' || result === REREAD) return result;
       if (result === 'full') full.push(blueprint);
     }
-    return 'no' as const;
+    return 'no';
   };
   const supplemental = candidates.filter((b) => b.limits.supplemental);
   let grew = await grow(supplemental);
   if (grew !== 'no') return grew;
-  got = await tryAll(active.filter((a) => a.leaseCount > 0));
+  got = await tryResources(true);
   if (got !== 'no') return got;
   grew = await grow(candidates.filter((b) => !b.limits.supplemental));
   if (grew !== 'no') return grew;
@@ -107,7 +105,7 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
   for (const blueprint of full) {
     const reclaimed = await reclaimIdle(rt, lease, blueprint);
     if (reclaimed) {
-      reasons.push(`reclaiming idle resource ${reclaimed} of ${blueprint.name}`);
+      reasons.list.push(`reclaiming idle resource ${reclaimed} of ${blueprint.name}`);
       break;
     }
   }
@@ -116,91 +114,190 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
   return wait(rt, lease, claim, names, reasons);
 }
 
-async function leaseHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook: string, lease: LeaseRow, fallback: T, resource?: { row: ResourceRow; leaseCount: number }, extra: object = {}) {
+/**
+ * The fast path of a new request: when an active resource is free and no lease of the type
+ * waits, the lease is created already acquired on it, in one statement, and its worker goes
+ * straight on to activate it. The same hooks run in the same order as in `allocate`
+ * (canEverAllocate, canAcquireLease, acquireLease), before the lease row exists. Anything
+ * else (no free resource, a hook that refuses, a race lost) returns null: the lease is
+ * then queued and allocated as usual, and the hooks are asked again. A hook that fails
+ * (throws, RetryLater, times out) is returned: the queued lease's first step deals with it
+ * as the allocator would (`hookTrouble`), so that a failure is never asked away.
+ */
+export async function acquireAtOnce(rt: Runtime, lease: NewLease, claim: { worker: string; until: DateTime }): Promise<LeaseMoved | HookFailure | null> {
+  const { store } = rt;
+  const view = { id: lease.id, type: lease.type, attributes: lease.attributes, owner: lease.owner, expiresAt: lease.expiresAt };
+  const ofType = blueprintsForType(rt, lease.type).filter((b) => b.enabled && (!lease.blueprints || lease.blueprints.includes(b.name)));
+  const candidates: Blueprint<any, any, any>[] = [];
+  for (const blueprint of ofType) {
+    const ever = await leaseHook<boolean>(rt, blueprint, 'canEverAllocate', view, true);
+    if (!ever.ok) return ever;
+    if (ever.value) candidates.push(blueprint);
+  }
+  // The allocator's order: unleased resources; shared ones only where no blueprint would grow first.
+  const passes = candidates.some((b) => b.limits.supplemental) ? [false] : [false, true];
+  for (const leased of passes) {
+    for (const blueprint of candidates) {
+      for await (const resource of freeResources(rt, lease.id, blueprint, leased, FAST_PATH_TRIES)) {
+        const can = await leaseHook<boolean>(rt, blueprint, 'canAcquireLease', view, true, resource);
+        if (!can.ok) return can;
+        if (!can.value) continue;
+        const slots: string[] = [];
+        const acquired = await leaseHook<{ attributes?: object } | undefined>(rt, blueprint, 'acquireLease', view, undefined, resource, {
+          lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
+        });
+        if (!acquired.ok) return acquired;
+        const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
+        const acquisition = { resourceId: resource.id, maxLeases: blueprint.limits.maxLeasesPerResource, slots, unlessWaiting: lease.type };
+        try {
+          const done = await store.single((u) => store.insertAcquired(u, lease, acquisition, attributes as JsonObject, blueprint.name, claim));
+          return done ? { ...done, intent: 'activate' } : null;
+        } catch (error) {
+          if (slotConflictKeys(error)) return null;
+          throw error;
+        }
+      }
+    }
+  }
+  return null;
+}
+
+/** How many resources the fast path asks before it queues the lease instead. */
+const FAST_PATH_TRIES = 4;
+
+/**
+ * The active resources of a blueprint this lease might take, in the allocator's order
+ * (least leased, then oldest), a page at a time: unleased ones, or else those with
+ * leases and room for one more (`maxLeasesPerResource`). Reading stops as soon as one
+ * takes the lease, so the cost does not grow with the pool.
+ */
+async function* freeResources(rt: Runtime, leaseId: string, blueprint: Blueprint<any, any, any>, leased: boolean, limit = Infinity): AsyncGenerator<ResourceRow> {
+  const { store } = rt;
+  const max = blueprint.limits.maxLeasesPerResource;
+  const low = leased ? 1 : 0;
+  const high = leased ? (max === null ? 2_147_483_647 : max - 1) : 0;
+  if (high < low) return;
+  let after: ResourceRow | null = null;
+  for (let left = limit; left > 0; ) {
+    const rows = await store.db.query(store.sql.freeResources, [
+      blueprint.name,
+      leaseId,
+      low,
+      high,
+      after?.leaseCount ?? null,
+      after ? toDb(after.createdAt) : null,
+      after?.id ?? null,
+      Math.min(PAGE, left),
+    ]);
+    for (const row of rows) {
+      after = mapResource(row);
+      yield after;
+    }
+    left -= rows.length;
+    if (rows.length < PAGE) return;
+  }
+}
+
+async function leaseHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook: string, lease: LeaseViewSource, fallback: T, resource?: ResourceRow, extra: object = {}) {
   const ctx = {
-    ...baseContext(rt, blueprint, { lease: lease.id, resource: resource?.row.id }, false),
+    ...baseContext(rt, blueprint, { lease: lease.id, resource: resource?.id }, false),
     lease: leaseView(lease),
-    ...(resource ? { resource: resourceView(resource.row, resource.leaseCount) } : {}),
+    ...(resource ? { resource: resourceView(resource) } : {}),
     ...extra,
   };
   return callHook<T>(rt, blueprint, hook, ctx, fallback);
 }
 
 /** A hook of the allocator that did not answer: RetryLater waits, anything else breaks the lease. */
-async function hookTrouble(rt: Runtime, lease: LeaseRow, result: Exclude<HookResult<unknown>, { ok: true }>): Promise<AllocatorResult> {
+export async function hookTrouble(rt: Runtime, lease: LeaseRow, result: HookFailure): Promise<LeaseStep> {
   const { store } = rt;
   if (result.kind === 'retry') {
-    await store.unit((u) => store.log(u, { type: 'hook.retry-later', data: { hook: 'allocator', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id }));
+    await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook: 'allocator', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id }));
     return at(result.at);
   }
   if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
-  await store.unit(async (u) => {
-    await store.log(u, { type: 'hook.failure', data: { hook: result.error.hook, error: result.error.message, code: errorCode(result.error), retry: false }, lease: lease.id, blueprint: result.error.blueprint });
-  });
+  await store.single((u) =>
+    store.log(u, { type: 'hook.failure', data: { hook: result.error.hook, error: result.error.message, code: errorCode(result.error), retry: false }, lease: lease.id, blueprint: result.error.blueprint }),
+  );
   await breakLease(rt, lease, result.error.message);
-  return 'progress';
+  return REREAD;
 }
 
 export async function breakLease(rt: Runtime, lease: LeaseRow, reason: string): Promise<void> {
   const { store } = rt;
   await store.unit(async (u) => {
-    await store.casLease(u, lease.id, lease.status, 'broken', { broken_reason: reason });
-    await store.log(u, { type: 'lease.broken', data: { reason }, lease: lease.id });
+    const left = await store.casLease(u, lease.id, lease.status, 'broken', { broken_reason: reason }, { logs: [{ type: 'lease.broken', data: { reason }, lease: lease.id }] });
+    await store.dropReservation(u, left);
   });
 }
 
-async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, blueprint: Blueprint<any, any, any>, reasons: string[]): Promise<'no' | AllocatorResult> {
+/**
+ * canAcquireLease and acquireLease (no transaction open), then one short transaction:
+ * the resource row takes the lease (still active, not reserved for another, below
+ * `maxLeasesPerResource`), the slot locks, and the lease's CAS to acquired, which also
+ * records the intent to activate it: the next step calls activateLease at once.
+ */
+async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<'no' | LeaseStep> {
   const { store } = rt;
-  const leaseCount = await store.liveLeaseCount(resource.id);
-  const can = await leaseHook<boolean>(rt, blueprint, 'canAcquireLease', lease, true, { row: resource, leaseCount });
+  const can = await leaseHook<boolean>(rt, blueprint, 'canAcquireLease', lease, true, resource);
   if (!can.ok) return hookTrouble(rt, lease, can);
   if (!can.value) {
-    reasons.push(`${resource.id} cannot take this lease`);
+    reasons.list.push(`${resource.id} cannot take this lease`);
+    reasons.leaseSpecific = true;
     return 'no';
   }
   const slots: string[] = [];
-  const acquired = await leaseHook<{ attributes?: object } | undefined>(rt, blueprint, 'acquireLease', lease, undefined, { row: resource, leaseCount }, {
+  const acquired = await leaseHook<{ attributes?: object } | undefined>(rt, blueprint, 'acquireLease', lease, undefined, resource, {
     lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
   });
   if (!acquired.ok) return hookTrouble(rt, lease, acquired);
+  const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
+  const max = blueprint.limits.maxLeasesPerResource;
   try {
-    const done = await store.unit(async (u) => {
-      // The row lock keeps the resource `active` until this acquisition commits. It is an
-      // update lock, not FOR SHARE: this unit updates the row below, and two acquisitions
-      // that both held a share lock would deadlock upgrading it (seen on Postgres).
-      const current = await u.sql.query(`SELECT status, reserved_for FROM ${store.s}.resources WHERE id = $1 FOR NO KEY UPDATE`, [resource.id]);
-      const row = current[0];
-      if (!row || row.status !== 'active' || (row.reserved_for && row.reserved_for !== lease.id)) return false;
-      await store.lockSlots(u, 'lease', lease.id, slots);
-      // A hand-off (Store.handOff) may have reserved another resource for this lease since the
-      // pass read it. Read the pointer under the row lock; the CAS below clears it, so its
-      // reservation is freed here, or it would keep that resource from everyone for good.
-      const [pointer] = await u.sql.query(`SELECT allocating_resource_id FROM ${store.s}.leases WHERE id = $1 FOR UPDATE`, [lease.id]);
-      const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
-      await store.casLease(u, lease.id, 'pending', 'acquired', { resource_id: resource.id, allocating_resource_id: null, wait_log_id: null, attributes });
-      const other = pointer?.allocating_resource_id;
-      if (other && other !== resource.id) {
-        const freed = await u.sql.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2 RETURNING type, blueprint`, [other, lease.id]);
-        if (freed[0]) await store.wakeNextWaiting(u, [freed[0].type], [freed[0].blueprint]);
-      }
-      // The resource is no longer idle: its idle clock restarts when its last lease is gone.
-      await u.sql.query(`UPDATE ${store.s}.resources SET idle_since = NULL, reserved_for = NULLIF(reserved_for, $2) WHERE id = $1`, [resource.id, lease.id]);
-      // The resource may take more leases (shared slots): the best waiter gets a look now,
-      // and passes the wake on in turn, instead of waiting for its recheck. Any waiter, not
-      // only those ranked after this lease: with concurrent workers a later lease can win
-      // the allocation while an earlier one parked as "full" (seen on Postgres).
-      await store.wakeNextWaiting(u, [resource.type], [blueprint.name]);
-      await store.log(u, { type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name });
-      return true;
-    });
-    if (!done) {
-      reasons.push(`${resource.id} is no longer available`);
+    // One statement: the resource takes the lease (still active, not reserved for another,
+    // below maxLeasesPerResource), the slot locks are taken, and the lease moves to
+    // acquired with the intent to activate it recorded; all of it, or none.
+    const result = await store.single((u) =>
+      store.casIf(
+        u,
+        'lease',
+        lease.id,
+        'pending',
+        'acquired',
+        { resource_id: resource.id, allocating_resource_id: null, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
+        {
+          before: store.takeResource(lease.id, { resourceId: resource.id, maxLeases: max, slots }, rt.clock.now()),
+          guard: () => 'EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM conflicts)',
+          logs: [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
+          // A hand-off may have reserved another resource for this lease since the pass read
+          // it: free that one for the next waiter, or it stays reserved for a lease that never comes.
+          also: [
+            {
+              name: 'freed',
+              returning: true,
+              sql: (p) => `UPDATE ${store.s}.resources SET reserved_for = NULL WHERE reserved_for = (SELECT id FROM upd) AND id <> ${p.add(resource.id)} RETURNING type, blueprint`,
+            },
+          ],
+          failIf: store.acquisitionFails('upd'),
+        },
+      ),
+    );
+    if (!result) {
+      reasons.list.push(`${resource.id} is no longer available`);
       return 'no';
     }
-    return 'progress';
+    const taken = mapResource(result.also.taken[0]);
+    // Wake-ups for others, after the fact (lost in a crash, they cost a waiter its recheck
+    // interval, nothing more): the reservation freed above goes to the next waiter; and a
+    // resource that may take more leases gets the best waiter's look now.
+    const wakes: Array<[string, string]> = result.also.freed.map((f: { type: string; blueprint: string }) => [f.type, f.blueprint]);
+    if (max === null || taken.leaseCount < max) wakes.push([resource.type, blueprint.name]);
+    for (const [type, name] of wakes) await store.single((u) => store.wakeNextWaiting(u, [type], [name]));
+    return { lease: result.row, resource: taken, intent: 'activate' };
   } catch (error) {
-    if (!(error instanceof SlotLockConflictError)) throw error;
-    const data = { keys: error.keys, resource: resource.id };
+    const keys = slotConflictKeys(error);
+    if (!keys) throw error;
+    const data = { keys, resource: resource.id };
     await store.unit(async (u) => {
       // Invariant 5: the same conflict seen again on a recheck bumps its row instead of writing a new one.
       const [last] = await u.sql.query(
@@ -212,19 +309,20 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
         await store.log(u, { type: 'lease.slot-lock-failure', data, lease: lease.id, resource: resource.id, blueprint: blueprint.name });
       }
     });
-    reasons.push(`slot locks ${error.keys.join(', ')} are held`);
+    reasons.list.push(`slot locks ${keys.join(', ')} are held`);
     return 'no';
   }
 }
 
-type AllocateResult = 'allocated' | 'look-again' | 'no' | 'rate-limited' | 'full' | AllocatorResult;
+type AllocateResult = 'allocated' | 'look-again' | 'no' | 'rate-limited' | 'full' | LeaseStep;
 
-async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, reasons: string[]): Promise<AllocateResult> {
+async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<AllocateResult> {
   const { store } = rt;
   const can = await leaseHook<boolean>(rt, blueprint, 'canAllocate', lease, true);
   if (!can.ok) return hookTrouble(rt, lease, can);
   if (!can.value) {
-    reasons.push(`${blueprint.name} has no capacity now`);
+    reasons.list.push(`${blueprint.name} has no capacity now`);
+    reasons.leaseSpecific = true;
     return 'no';
   }
   const resourceId = store.newId('res');
@@ -254,30 +352,26 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     await store.ensureWork(u, 'resource', resourceId, u.now);
     await store.update(u, 'lease', lease.id, 'pending', { allocating_resource_id: resourceId });
     await store.log(u, { type: 'resource.allocating', data: { lease: lease.id }, lease: lease.id, resource: resourceId, blueprint: blueprint.name });
+    // Room for one more allocation: the next waiter gets a look now. It passes the wake on
+    // only if it allocates too, so a burst fills the allocation limit, and no more.
+    if (Number(counts.allocating) + 1 < limit) await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
     return 'allocated' as const;
   });
   if (result === 'allocated') crashPoint('allocate.recorded');
-  if (result === 'rate-limited') reasons.push(`${blueprint.name} is at its allocation limit`);
-  if (result === 'full') reasons.push(`${blueprint.name} is at maxResources (${blueprint.limits.maxResources})`);
+  if (result === 'rate-limited') reasons.list.push(`${blueprint.name} is at its allocation limit`);
+  if (result === 'full') reasons.list.push(`${blueprint.name} is at maxResources (${blueprint.limits.maxResources})`);
   return result;
 }
 
+/** Asks an idle resource of a full blueprint to release itself (a command: the resource's own worker decides). */
 async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>): Promise<string | null> {
   const { store } = rt;
+  const query = (sql: { query: typeof store.db.query }, lock: boolean) =>
+    sql.query(`${store.sql.reclaimable}${lock ? ' FOR UPDATE OF r SKIP LOCKED' : ''}`, [blueprint.name, toDb(rt.clock.now().minus(blueprint.limits.reclaimIdleAfter)), lease.id]);
+  // Most waits find nothing to reclaim: look without a transaction first.
+  if ((await query(store.db, false)).length === 0) return null;
   return store.unit(async (u) => {
-    const idleBefore = u.now.minus(blueprint.limits.reclaimIdleAfter);
-    const rows = await u.sql.query(
-      `SELECT r.id FROM ${store.s}.resources r
-       WHERE r.blueprint = $1 AND r.status = 'active' AND r.reserved_for IS NULL
-         AND r.idle_since IS NOT NULL AND r.idle_since <= $2
-         AND NOT EXISTS (SELECT 1 FROM ${store.s}.leases l WHERE l.resource_id = r.id AND l.status <> 'destroyed')
-         AND NOT EXISTS (SELECT 1 FROM ${store.s}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL)
-         -- Never reclaim a resource built for this very lease: refusing it and then
-         -- rebuilding it would churn without end.
-         AND NOT EXISTS (SELECT 1 FROM ${store.s}.logs g WHERE g.lease_id = $3 AND g.resource_id = r.id AND g.type = 'resource.allocating')
-       ORDER BY r.idle_since, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED`,
-      [blueprint.name, toDb(idleBefore), lease.id],
-    );
+    const rows = await query(u.sql, true);
     if (!rows[0]) return null;
     const id = rows[0].id as string;
     await store.command(u, 'resource', id, 'reclaim', { lease: lease.id }, `lease:${lease.id}`);
@@ -287,18 +381,21 @@ async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
 }
 
 /** One wait is one log row: a repeated wait bumps its count instead of writing a new row. */
-async function wait(rt: Runtime, lease: LeaseRow, claim: Claim, names: string[], reasons: string[]): Promise<Outcome> {
+async function wait(rt: Runtime, lease: LeaseRow, claim: Claim, names: string[], reasons: Reasons): Promise<LeaseStep> {
   const { store } = rt;
-  await store.unit(async (u) => {
-    const data = { reasons: reasons.length ? reasons : ['no resource is free'], blueprints: names };
-    const bumped = lease.waitLogId !== null && (await store.bumpLog(u, lease.waitLogId, data));
-    if (!bumped) {
+  const data = { reasons: reasons.list.length ? reasons.list : ['no resource is free'], blueprints: names };
+  const bumped = lease.waitLogId !== null && (await store.single((u) => store.bumpLog(u, lease.waitLogId!, data)));
+  if (!bumped) {
+    await store.unit(async (u) => {
       const id = await store.log(u, { type: 'lease.waiting-for-resources', data, lease: lease.id });
       await store.update(u, 'lease', lease.id, 'pending', { wait_log_id: id });
-    }
-    // A wake this lease could not use passes on to the next waiting lease.
-    if (claim.chained) await store.wakeNextWaiting(u, [lease.type], names, { priority: lease.priority, seq: lease.seq });
-  });
+    });
+  }
+  // A wake this lease could not use passes on to the next waiting lease that asks for
+  // something else; one asking for the same would be refused for the same reasons.
+  // Refused for reasons no other lease would escape (the blueprint full or at its allocation
+  // limit, every resource taken), the wake stops here.
+  if (claim.chained && reasons.leaseSpecific) await store.single((u) => store.wakeNextWaiting(u, [lease.type], names, lease));
   let next = rt.clock.now().plus(rt.waitRecheck);
   if (lease.deadlineAt && lease.deadlineAt < next) next = lease.deadlineAt;
   if (lease.expiresAt && lease.expiresAt < next) next = lease.expiresAt;

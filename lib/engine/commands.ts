@@ -1,33 +1,30 @@
 import { LEASE_STATE_FLAGS, RESOURCE_STATE_FLAGS, type ObjectKind } from '../model/states.js';
-import type { CommandRow, LeaseRow, ResourceRow, Unit } from '../store/store.js';
+import type { AlsoWrite, CommandRow, ResourceRow, Unit } from '../store/store.js';
+import { toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
-import type { Runtime } from './runtime.js';
+import type { LeaseMoved, Runtime } from './runtime.js';
 
 /**
- * Consumes an object's unconsumed commands in order, each in the transaction of the
- * status change it causes, so its effect happens exactly once. A command the object
- * cannot honour (released twice, a reclaim of a leased resource) is consumed with the
- * reason, never left behind. Returns whether any command was consumed.
+ * Consumes an object's unconsumed commands in order, each in the statement or
+ * transaction of the status change it causes, so its effect happens exactly once. A
+ * command the object cannot honour (released twice, a reclaim of a leased resource) is
+ * consumed with the reason, never left behind. Returns the lease as the last command
+ * left it when that is known without a read (commands written meanwhile wake the
+ * object's work item, so its next pass sees them), or null.
  */
-export async function consumeCommands(rt: Runtime, kind: ObjectKind, id: string): Promise<boolean> {
+export async function consumeCommands(rt: Runtime, kind: ObjectKind, id: string): Promise<LeaseMoved | null> {
   const { store } = rt;
   const commands = await store.commands(kind, id);
+  let moved: LeaseMoved | null = null;
   for (const command of commands) {
     crashPoint('command.read');
-    await store.unit(async (u) => {
-      if (kind === 'lease') {
-        const lease = await store.lease(id, u.sql);
-        if (lease) await applyToLease(rt, u, lease, command);
-        else await store.consume(u, command.id, 'rejected: no such lease');
-      } else {
-        const resource = await store.resource(id, u.sql);
-        if (resource) await applyToResource(rt, u, resource, command);
-        else await store.consume(u, command.id, 'rejected: no such resource');
-      }
-    });
+    // A command with no effect leaves the lease as the last one that had one left it.
+    if (kind === 'lease') moved = (await applyToLease(rt, id, command)) ?? moved;
+    else await applyToResource(rt, id, command);
     crashPoint('command.consumed');
   }
-  return commands.length > 0;
+  if (moved) moved.lease.hasCommands = false;
+  return moved;
 }
 
 /**
@@ -39,55 +36,90 @@ export async function stopRequested(rt: Runtime, u: Unit, kind: ObjectKind, id: 
   return (await rt.store.commands(kind, id, u.sql)).some((c) => c.command === 'release' || c.command === 'break');
 }
 
-async function applyToLease(rt: Runtime, u: Unit, lease: LeaseRow, command: CommandRow) {
-  const { store } = rt;
-  const reason = typeof command.data.reason === 'string' ? command.data.reason : command.command === 'break' ? 'broken' : 'released';
-  if (command.command === 'reclaim') return reject(rt, u, command, 'a lease cannot be reclaimed', { lease: lease.id });
-  if (!LEASE_STATE_FLAGS[lease.status].releasable) {
-    await store.consume(u, command.id, `no effect: lease is already ${lease.status}`);
-    return;
-  }
-  // The row the CAS returns, not the one read before it: a hand-off may have pointed the lease
-  // at a reserved resource in between, and that reservation must be freed now.
-  let left: LeaseRow;
-  if (command.command === 'release') {
-    left = await store.casLease(u, lease.id, lease.status, 'released');
-    await store.log(u, { type: 'lease.released', data: { reason, author: command.author }, lease: lease.id });
-  } else {
-    left = await store.casLease(u, lease.id, lease.status, 'broken', { broken_reason: reason });
-    await store.log(u, { type: 'lease.broken', data: { reason }, lease: lease.id });
-  }
-  await store.leaseLeftLive(u, left);
-  await store.consume(u, command.id, 'applied');
+/** The consumption of a command, as a write in the statement of the CAS it causes. */
+function consumedWith(rt: Runtime, command: CommandRow, now: Unit['now']): AlsoWrite {
+  return {
+    name: 'consumed',
+    sql: (p) => `UPDATE ${rt.store.s}.commands SET consumed_at = ${p.add(toDb(now))}::timestamptz, outcome = 'applied' WHERE id = ${p.add(command.id)} AND consumed_at IS NULL AND EXISTS (SELECT 1 FROM upd)`,
+  };
 }
 
-async function applyToResource(rt: Runtime, u: Unit, resource: ResourceRow, command: CommandRow) {
+async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promise<LeaseMoved | null> {
   const { store } = rt;
-  const reason = typeof command.data.reason === 'string' ? command.data.reason : command.command;
-  if (!RESOURCE_STATE_FLAGS[resource.status].releasable) {
-    await store.consume(u, command.id, `no effect: resource is already ${resource.status}`);
-    return;
+  const lease = await store.lease(id);
+  if (!lease) {
+    await store.single((u) => store.consume(u, command.id, 'rejected: no such lease'));
+    return null;
   }
   if (command.command === 'reclaim') {
-    // Lock the row before counting its leases: an acquisition holds this row lock until it
-    // commits, so either its lease is counted here or it finds the resource released. Counting
-    // first let an acquisition commit between the count and the CAS (seen on Postgres).
-    const [locked] = await u.sql.query(`SELECT status, reserved_for FROM ${store.s}.resources WHERE id = $1 FOR UPDATE`, [resource.id]);
-    resource = { ...resource, status: locked?.status ?? resource.status, reservedFor: locked ? (locked.reserved_for ?? null) : resource.reservedFor };
-    const leases = await store.liveLeaseCount(resource.id, u.sql);
-    if (resource.status !== 'active' || leases > 0 || resource.reservedFor) {
-      return reject(rt, u, command, resource.status !== 'active' ? `resource is ${resource.status}` : 'resource is in use', { resource: resource.id, blueprint: resource.blueprint });
-    }
-    await store.casResource(u, resource.id, 'active', 'released');
-    await store.log(u, { type: 'resource.reclaimed', data: { lease: typeof command.data.lease === 'string' ? command.data.lease : null }, resource: resource.id, blueprint: resource.blueprint });
-  } else if (command.command === 'release') {
-    await store.casResource(u, resource.id, resource.status, 'released');
-    await store.log(u, { type: 'resource.released', data: { reason, author: command.author }, resource: resource.id, blueprint: resource.blueprint });
-    await tellLeases(rt, u, resource, 'release', `resource ${resource.id} was released`);
-  } else {
-    await breakResource(rt, u, resource, reason);
+    await store.unit((u) => reject(rt, u, command, 'a lease cannot be reclaimed', { lease: lease.id }));
+    return null;
   }
-  await store.consume(u, command.id, 'applied');
+  if (!LEASE_STATE_FLAGS[lease.status].releasable) {
+    await store.single((u) => store.consume(u, command.id, `no effect: lease is already ${lease.status}`));
+    return null;
+  }
+  const reason = typeof command.data.reason === 'string' ? command.data.reason : command.command === 'break' ? 'broken' : 'released';
+  const release = command.command === 'release';
+  const apply = async (u: Unit) => {
+    // A release records the intent to destroy with it: the lease's next step runs
+    // releaseLease and destroyLease at once, without another write.
+    const row = await store.casLease(
+      u,
+      lease.id,
+      lease.status,
+      release ? 'released' : 'broken',
+      release ? { phase: 'destroy', phase_attempts: 1 } : { broken_reason: reason },
+      {
+        logs: [release ? { type: 'lease.released', data: { reason, author: command.author }, lease: lease.id } : { type: 'lease.broken', data: { reason }, lease: lease.id }],
+        also: [consumedWith(rt, command, u.now)],
+      },
+    );
+    // The row the CAS returns, not the one read before it: a hand-off may have pointed the
+    // lease at a reserved resource in between, and that reservation must be freed now.
+    await store.dropReservation(u, row);
+    return row;
+  };
+  // Only a pending lease can hold a reservation (a hand-off points only at pending leases):
+  // the others need no second statement, so no transaction.
+  const row = lease.status === 'pending' ? await store.unit(apply) : await store.single(apply);
+  return { lease: row, intent: release ? 'destroy' : undefined };
+}
+
+async function applyToResource(rt: Runtime, id: string, command: CommandRow): Promise<void> {
+  const { store } = rt;
+  await store.unit(async (u) => {
+    let resource = await store.resource(id, u.sql);
+    if (!resource) {
+      await store.consume(u, command.id, 'rejected: no such resource');
+      return;
+    }
+    const reason = typeof command.data.reason === 'string' ? command.data.reason : command.command;
+    if (!RESOURCE_STATE_FLAGS[resource.status].releasable) {
+      await store.consume(u, command.id, `no effect: resource is already ${resource.status}`);
+      return;
+    }
+    if (command.command === 'reclaim') {
+      // Lock the row before reading its lease count: an acquisition holds this row lock until
+      // it commits, so either its lease is counted here or it finds the resource released.
+      const [locked] = await u.sql.query(`SELECT status, reserved_for, lease_count FROM ${store.s}.resources WHERE id = $1 FOR UPDATE`, [resource.id]);
+      resource = { ...resource, status: locked?.status ?? resource.status, reservedFor: locked ? (locked.reserved_for ?? null) : resource.reservedFor, leaseCount: Number(locked?.lease_count ?? 0) };
+      if (resource.status !== 'active' || resource.leaseCount > 0 || resource.reservedFor) {
+        return reject(rt, u, command, resource.status !== 'active' ? `resource is ${resource.status}` : 'resource is in use', { resource: resource.id, blueprint: resource.blueprint });
+      }
+      await store.casResource(u, resource.id, 'active', 'released', {}, {
+        logs: [{ type: 'resource.reclaimed', data: { lease: typeof command.data.lease === 'string' ? command.data.lease : null }, resource: resource.id, blueprint: resource.blueprint }],
+      });
+    } else if (command.command === 'release') {
+      await store.casResource(u, resource.id, resource.status, 'released', {}, {
+        logs: [{ type: 'resource.released', data: { reason, author: command.author }, resource: resource.id, blueprint: resource.blueprint }],
+      });
+      await tellLeases(rt, u, resource, 'release', `resource ${resource.id} was released`);
+    } else {
+      await breakResource(rt, u, resource, reason);
+    }
+    await store.consume(u, command.id, 'applied');
+  });
 }
 
 async function reject(rt: Runtime, u: Unit, command: CommandRow, reason: string, target: { lease?: string; resource?: string; blueprint?: string }) {
@@ -98,8 +130,9 @@ async function reject(rt: Runtime, u: Unit, command: CommandRow, reason: string,
 /** In the transaction that breaks a resource: its active leases break with the cause, and the leases waiting on it allocate again. */
 export async function breakResource(rt: Runtime, u: Unit, resource: ResourceRow, reason: string) {
   const { store } = rt;
-  await store.casResource(u, resource.id, resource.status, 'broken', { broken_reason: reason, reserved_for: null });
-  await store.log(u, { type: 'resource.broken', data: { reason }, resource: resource.id, blueprint: resource.blueprint });
+  await store.casResource(u, resource.id, resource.status, 'broken', { broken_reason: reason, reserved_for: null }, {
+    logs: [{ type: 'resource.broken', data: { reason }, resource: resource.id, blueprint: resource.blueprint }],
+  });
   await tellLeases(rt, u, resource, 'break', `resource ${resource.id} broke: ${reason}`);
   if (resource.reservedFor) await store.wake(u, 'lease', [resource.reservedFor]);
 }
@@ -115,3 +148,4 @@ async function tellLeases(rt: Runtime, u: Unit, resource: ResourceRow, command: 
     }
   }
 }
+

@@ -1,11 +1,11 @@
 import PQueue from 'p-queue';
-import { Duration } from 'luxon';
+import { Duration, type DateTime } from 'luxon';
 import type { ObjectKind } from '../model/states.js';
 import { fromDb, toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
 import { processLease } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
-import type { Outcome, Runtime } from './runtime.js';
+import type { LeaseMoved, Outcome, Runtime } from './runtime.js';
 
 export interface EngineOptions {
   concurrency: number;
@@ -21,6 +21,8 @@ interface ClaimedItem {
   wakeCount: number;
   chained: boolean;
   attempts: number;
+  /** The lease as its creator just wrote it: the first pass need not read it. */
+  moved?: LeaseMoved;
 }
 
 /**
@@ -31,6 +33,8 @@ interface ClaimedItem {
 export class Engine {
   private readonly queue: PQueue;
   private readonly inflight = new Map<string, ClaimedItem>();
+  /** Slots promised to work this broker is creating already claimed (`reserve`/`adopt`). */
+  private reserved = 0;
   private polling = false;
   private pollAgain = false;
   private stopped = false;
@@ -77,7 +81,7 @@ export class Engine {
 
   private async poll() {
     try {
-      const free = this.options.concurrency - this.inflight.size;
+      const free = this.options.concurrency - this.inflight.size - this.reserved;
       if (free <= 0) return;
       const { store, clock, workerId } = this.rt;
       const now = clock.now();
@@ -103,6 +107,32 @@ export class Engine {
   }
 
   /** Arms one clock timer for the earliest scheduled work item, so expiry and backoff run at their time. */
+  /**
+   * Promises a slot to a work item this broker is about to create already claimed by
+   * itself (a lease it was just asked for), so that it runs at once, without a claim
+   * round trip and without waiting for a poll. False when every slot is taken: the item
+   * is then created unclaimed and waits its turn like any other.
+   */
+  reserve(): { worker: string; until: DateTime } | null {
+    if (this.stopped || this.inflight.size + this.reserved >= this.options.concurrency) return null;
+    this.reserved++;
+    return { worker: this.rt.workerId, until: this.rt.clock.now().plus(this.options.claimTtl) };
+  }
+
+  /** Gives back a slot `reserve` promised, when the item was not created. */
+  unreserve(): void {
+    this.reserved--;
+  }
+
+  /** Runs a work item created claimed by this worker in a slot `reserve` promised. */
+  adopt(kind: ObjectKind, id: string, moved?: LeaseMoved): void {
+    this.reserved--;
+    if (this.stopped) return;
+    const item: ClaimedItem = { kind, id, wakeCount: 0, chained: false, attempts: 0, moved };
+    this.inflight.set(`${kind}:${id}`, item);
+    void this.queue.add(() => this.run(item));
+  }
+
   private async scheduleNext() {
     const { store, clock } = this.rt;
     const rows = await store.db.query(store.sql.nextDue, [toDb(clock.now())]);
@@ -126,7 +156,7 @@ export class Engine {
       try {
         outcome =
           item.kind === 'lease'
-            ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts })
+            ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts }, item.moved)
             : await processResource(this.rt, { id: item.id, attempts: item.attempts });
       } catch (error) {
         if (this.stopped) return;
@@ -139,7 +169,8 @@ export class Engine {
       if (this.stopped) return;
       crashPoint('pass.decided');
       if (outcome.next === 'delete') {
-        await store.db.execute(`${store.sql.deleteWork} AND claimed_by = $3 AND wake_count = $4`, [item.kind, item.id, workerId, item.wakeCount]);
+        const deleted = await store.db.execute(`${store.sql.deleteWork} AND claimed_by = $3 AND wake_count = $4`, [item.kind, item.id, workerId, item.wakeCount]);
+        if (deleted > 0) return;
       }
       // A wake during the pass kept the item due (see `finish`); otherwise park or schedule.
       const runAt = outcome.next === 'at' ? outcome.at : null;

@@ -124,11 +124,14 @@ export function errorCode(error: HookError): string | null {
   }
 }
 
-export function resourceView(r: ResourceRow, leaseCount: number): ResourceView {
-  return { id: r.id, type: r.type, blueprint: r.blueprint, status: r.status, attributes: structuredClone(r.attributes), leaseCount };
+export function resourceView(r: ResourceRow): ResourceView {
+  return { id: r.id, type: r.type, blueprint: r.blueprint, status: r.status, attributes: structuredClone(r.attributes), leaseCount: r.leaseCount };
 }
 
-export function leaseView(l: LeaseRow): LeaseView {
+/** What a hook's view of a lease is made from: a lease row, or a lease about to be written. */
+export type LeaseViewSource = Pick<LeaseRow, 'id' | 'type' | 'attributes' | 'owner' | 'expiresAt'>;
+
+export function leaseView(l: LeaseViewSource): LeaseView {
   return { id: l.id, type: l.type, attributes: structuredClone(l.attributes), owner: l.owner, expiresAt: l.expiresAt };
 }
 
@@ -140,7 +143,7 @@ export function baseContext(rt: Runtime, blueprint: Blueprint<any, any, any>, ta
     signal: rt.signal,
     resume,
     log: async (type: string, data: JsonObject = {}) => {
-      await rt.store.unit((u) => rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null }));
+      await rt.store.single((u) => rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null }));
     },
   };
 }

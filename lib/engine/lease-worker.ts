@@ -1,153 +1,192 @@
 import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
-import { allocate, breakLease } from './allocator.js';
-import { consumeCommands, stopRequested } from './commands.js';
+import { toDb } from '../time.js';
+import { allocate, breakLease, hookTrouble } from './allocator.js';
+import { consumeCommands } from './commands.js';
 import { baseContext, callHook, errorCode, leaseView, resourceView } from './hooks.js';
-import { at, backoffDelay, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
+import { at, backoffDelay, DELETE, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
   id: string;
   chained: boolean;
   attempts: number;
+  /**
+   * A CAS of this pass recorded the intent of a phase whose hook has not been called yet
+   * (acquired: activate; released: destroy). Kept for the whole pass, so a read in
+   * between does not make the first call look like a resume.
+   */
+  intent?: 'activate' | 'destroy';
 }
 
 const MAX_STEPS = 12;
 
 /**
  * The single writer of one lease: consumes its commands, then moves it along
- * pending → acquired → active → released → destroyed until it has to wait.
+ * pending → acquired → active → released → destroyed until it has to wait. Each step
+ * hands the row its own write returned to the next, so a pass reads the lease once.
  */
-export async function processLease(rt: Runtime, claim: LeaseClaim): Promise<Outcome> {
+export async function processLease(rt: Runtime, claim: LeaseClaim, known?: LeaseMoved): Promise<Outcome> {
   const { store } = rt;
+  let moved: LeaseMoved | null = known ?? null;
+  if (known?.intent) claim.intent = known.intent;
   for (let step = 0; step < MAX_STEPS; step++) {
-    const lease = await store.lease(claim.id);
+    const lease: LeaseRow | null = moved?.lease ?? (await store.lease(claim.id));
     if (!lease) return DELETE;
-    if (await consumeCommands(rt, 'lease', lease.id)) continue;
+    if (lease.hasCommands) {
+      moved = await consumeCommands(rt, 'lease', lease.id);
+      if (moved?.intent) claim.intent = moved.intent;
+      continue;
+    }
     const now = rt.clock.now();
 
-    if (LEASE_STATE_FLAGS[lease.status].live) {
-      if (lease.expiresAt && lease.expiresAt <= now) {
-        await release(rt, lease, 'lease.expired', { at: lease.expiresAt.toISO()! }, 'expired');
-        continue;
-      }
-      if (lease.status !== 'active' && lease.deadlineAt && lease.deadlineAt <= now) {
-        await release(rt, lease, 'lease.timeout', { timeout: 'its acquire timeout' }, 'timeout');
-        continue;
+    let result: LeaseStep;
+    if (moved?.trouble) {
+      result = await hookTrouble(rt, lease, moved.trouble);
+    } else if (LEASE_STATE_FLAGS[lease.status].live && lease.expiresAt && lease.expiresAt <= now) {
+      result = await release(rt, lease, 'lease.expired', { at: lease.expiresAt.toISO()! }, 'expired');
+    } else if (LEASE_STATE_FLAGS[lease.status].live && lease.status !== 'active' && lease.deadlineAt && lease.deadlineAt <= now) {
+      result = await release(rt, lease, 'lease.timeout', { timeout: 'its acquire timeout' }, 'timeout');
+    } else {
+      switch (lease.status) {
+        case 'pending':
+          result = await allocate(rt, lease, claim);
+          claim.chained = false;
+          break;
+        case 'acquired':
+          result = await activate(rt, lease, claim, moved);
+          break;
+        case 'active':
+          return lease.expiresAt ? at(lease.expiresAt) : PARK;
+        case 'released':
+        case 'broken':
+          return destroy(rt, lease, claim, moved);
+        case 'destroyed':
+          return DELETE;
       }
     }
-
-    switch (lease.status) {
-      case 'pending': {
-        const result = await allocate(rt, lease, claim);
-        claim.chained = false;
-        if (result === 'progress') continue;
-        return result;
-      }
-      case 'acquired': {
-        const result = await activate(rt, lease);
-        if (result === 'progress') continue;
-        return result;
-      }
-      case 'active':
-        return lease.expiresAt ? at(lease.expiresAt) : PARK;
-      case 'released':
-      case 'broken':
-        return destroy(rt, lease, claim);
-      case 'destroyed':
-        return DELETE;
+    if (result === REREAD) moved = null;
+    else if ('next' in result) return result;
+    else {
+      moved = result as LeaseMoved;
+      if (moved.intent) claim.intent = moved.intent;
     }
   }
   return at(rt.clock.now());
 }
 
-async function release(rt: Runtime, lease: LeaseRow, type: 'lease.expired' | 'lease.timeout', data: any, reason: string) {
+/** Expiry and acquire timeout: the lease's own worker releases it, and records the intent to destroy it with that. */
+async function release(rt: Runtime, lease: LeaseRow, type: 'lease.expired' | 'lease.timeout', data: any, reason: string): Promise<LeaseStep> {
   const { store } = rt;
-  await store.unit(async (u) => {
+  const row = await store.unit(async (u) => {
     // The row the CAS returns: a hand-off may have pointed the lease at a reserved resource since it was read.
-    const left = await store.casLease(u, lease.id, lease.status, 'released');
-    await store.log(u, { type, data, lease: lease.id });
-    await store.log(u, { type: 'lease.released', data: { reason, author: null }, lease: lease.id });
-    await store.leaseLeftLive(u, left);
+    const left = await store.casLease(u, lease.id, lease.status, 'released', { phase: 'destroy', phase_attempts: 1 }, {
+      logs: [
+        { type, data, lease: lease.id },
+        { type: 'lease.released', data: { reason, author: null }, lease: lease.id },
+      ],
+    });
+    await store.dropReservation(u, left);
+    return left;
   });
+  return { lease: row, intent: 'destroy' };
 }
 
 function blueprintOf(rt: Runtime, resource: ResourceRow | null): Blueprint<any, any, any> | undefined {
   return resource ? rt.blueprints.get(resource.blueprint) : undefined;
 }
 
-function leaseOnResourceContext(rt: Runtime, blueprint: Blueprint<any, any, any>, lease: LeaseRow, resource: ResourceRow, leaseCount: number, resume: boolean) {
-  return { ...baseContext(rt, blueprint, { lease: lease.id, resource: resource.id }, resume), lease: leaseView(lease), resource: resourceView(resource, leaseCount) };
+function leaseOnResourceContext(rt: Runtime, blueprint: Blueprint<any, any, any>, lease: LeaseRow, resource: ResourceRow, resume: boolean) {
+  return { ...baseContext(rt, blueprint, { lease: lease.id, resource: resource.id }, resume), lease: leaseView(lease), resource: resourceView(resource) };
+}
+
+/** The resource a step already holds, or a fresh read of it. */
+async function resourceOf(rt: Runtime, lease: LeaseRow, moved: LeaseMoved | null): Promise<ResourceRow | null> {
+  if (!lease.resourceId) return null;
+  if (moved?.resource?.id === lease.resourceId) return moved.resource;
+  return rt.store.resource(lease.resourceId);
 }
 
 /** acquired → active, once the resource is active and `activateLease` has prepared the lease. */
-async function activate(rt: Runtime, lease: LeaseRow): Promise<'progress' | Outcome> {
+async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: LeaseMoved | null): Promise<LeaseStep> {
   const { store } = rt;
-  const resource = lease.resourceId ? await store.resource(lease.resourceId) : null;
+  const resource = await resourceOf(rt, lease, moved);
   if (resource?.status === 'pending') return PARK;
   const blueprint = blueprintOf(rt, resource);
   if (!resource || resource.status !== 'active' || !blueprint) {
     await store.unit(async (u) => {
-      await store.casLease(u, lease.id, 'acquired', 'pending', { resource_id: null, phase: null, phase_attempts: 0 });
+      await store.casLease(u, lease.id, 'acquired', 'pending', { resource_id: null, phase: null, phase_attempts: 0 }, {
+        logs: [{ type: 'lease.requeued', data: { resource: lease.resourceId ?? '?', reason: resource ? `it is ${resource.status}` : 'it is gone' }, lease: lease.id }],
+      });
       await store.releaseSlots(u, 'lease', lease.id);
       // A released or broken resource parks until its leases are gone: this one no longer counts.
-      if (resource) await store.wake(u, 'resource', [resource.id]);
-      await store.log(u, { type: 'lease.requeued', data: { resource: lease.resourceId ?? '?', reason: resource ? `it is ${resource.status}` : 'it is gone' }, lease: lease.id });
+      if (resource) {
+        await u.sql.query(`UPDATE ${store.s}.resources SET lease_count = lease_count - 1 WHERE id = $1`, [resource.id]);
+        await store.wake(u, 'resource', [resource.id]);
+      }
     });
-    return 'progress';
+    return REREAD;
   }
-  const resume = lease.phase === 'activate';
-  await store.unit((u) => store.update(u, 'lease', lease.id, 'acquired', { phase: 'activate', phase_attempts: lease.phaseAttempts + 1 }));
-  const leaseCount = await store.liveLeaseCount(resource.id);
-  const result = await callHook<{ attributes?: object } | undefined>(rt, blueprint, 'activateLease', leaseOnResourceContext(rt, blueprint, lease, resource, leaseCount, resume), undefined, lease.phaseAttempts + 1);
+  // The acquisition recorded the intent to activate with its own CAS; a later pass finds
+  // the intent and tells the hook it may be a resume.
+  const fresh = claim.intent === 'activate' && lease.phase === 'activate';
+  claim.intent = undefined;
+  const resume = !fresh && lease.phase === 'activate';
+  if (!fresh) await store.single((u) => store.update(u, 'lease', lease.id, 'acquired', { phase: 'activate', phase_attempts: lease.phaseAttempts + 1 }));
+  const attempt = fresh ? 1 : lease.phaseAttempts + 1;
+  const result = await callHook<{ attributes?: object } | undefined>(rt, blueprint, 'activateLease', leaseOnResourceContext(rt, blueprint, lease, resource, resume), undefined, attempt);
   if (!result.ok) {
     if (result.kind === 'retry') {
-      await store.unit((u) => store.log(u, { type: 'hook.retry-later', data: { hook: 'activateLease', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id, blueprint: blueprint.name }));
+      await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook: 'activateLease', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id, blueprint: blueprint.name }));
       return at(result.at);
     }
     if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
-    await store.unit((u) =>
+    await store.single((u) =>
       store.log(u, { type: 'hook.failure', data: { hook: 'activateLease', error: result.error.message, code: errorCode(result.error), retry: false }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }),
     );
     await breakLease(rt, { ...lease, status: 'acquired' }, result.error.message);
-    return 'progress';
+    return REREAD;
   }
-  await store.unit(async (u) => {
-    // While activateLease ran, the lease may have been released (acquire() gave up, its
-    // holder let go) or its resource may have broken. The late result then never activates
-    // it: the next step consumes the command, or finds the resource gone and requeues the
-    // lease. FOR SHARE holds the resource's status until this commits: a break after it
-    // sees this lease active and breaks it too.
-    const [current] = await u.sql.query(`SELECT status FROM ${store.s}.resources WHERE id = $1 FOR SHARE`, [resource.id]);
-    if (current?.status !== 'active' || (await stopRequested(rt, u, 'lease', lease.id))) {
-      await store.update(u, 'lease', lease.id, 'acquired', { phase: null, phase_attempts: 0 });
-      return;
-    }
-    const attributes = result.value?.attributes ? { ...lease.attributes, ...result.value.attributes } : lease.attributes;
-    await store.casLease(u, lease.id, 'acquired', 'active', { phase: null, phase_attempts: 0, attributes });
-    await store.log(u, { type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name });
-  });
-  return 'progress';
+  const attributes = result.value?.attributes ? { ...lease.attributes, ...result.value.attributes } : lease.attributes;
+  // One statement: while activateLease ran, the lease may have been released (acquire()
+  // gave up, its holder let go) or its resource may have broken. The late result then
+  // never activates it. FOR SHARE holds the resource's status until this commits: a break
+  // after it sees this lease active and breaks it too.
+  const activated = await store.single((u) =>
+    store.casIf(u, 'lease', lease.id, 'acquired', 'active', { phase: null, phase_attempts: 0, attributes }, {
+      guard: (p) => `EXISTS (SELECT 1 FROM ${store.s}.resources r WHERE r.id = ${p.add(resource.id)} AND r.status = 'active' FOR SHARE)
+        AND NOT EXISTS (SELECT 1 FROM ${store.s}.commands c WHERE c.target_kind = 'lease' AND c.target_id = ${p.add(lease.id)}
+                        AND c.consumed_at IS NULL AND c.command IN ('release', 'break'))`,
+      logs: [{ type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
+      resource,
+    }),
+  );
+  if (activated) return { lease: activated.row };
+  // The next step consumes the command, or finds the resource gone and requeues the lease.
+  await store.single((u) => store.update(u, 'lease', lease.id, 'acquired', { phase: null, phase_attempts: 0 }));
+  return REREAD;
 }
 
 /** The destroy phase: `releaseLease` once, `destroyLease` until it succeeds (capped backoff), then destroyed. */
-async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim): Promise<Outcome> {
+async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: LeaseMoved | null): Promise<Outcome> {
   const { store } = rt;
-  const resource = lease.resourceId ? await store.resource(lease.resourceId) : null;
+  const resource = await resourceOf(rt, lease, moved);
   const blueprint = blueprintOf(rt, resource);
   if (resource && !blueprint) {
     // Another broker registers this blueprint; without it this one cannot run its hooks.
     return at(rt.clock.now().plus(rt.waitRecheck), claim.attempts);
   }
   if (resource && blueprint) {
-    const firstTry = lease.phase !== 'destroy';
-    await store.unit((u) => store.update(u, 'lease', lease.id, lease.status, { phase: 'destroy', phase_attempts: lease.phaseAttempts + 1 }));
-    const leaseCount = await store.liveLeaseCount(resource.id);
-    const ctx = leaseOnResourceContext(rt, blueprint, lease, resource, leaseCount, !firstTry);
+    // A release recorded the intent to destroy with its own CAS; a later pass finds it.
+    const fresh = claim.intent === 'destroy' && lease.phase === 'destroy';
+    claim.intent = undefined;
+    const firstTry = fresh || lease.phase !== 'destroy';
+    if (!fresh) await store.single((u) => store.update(u, 'lease', lease.id, lease.status, { phase: 'destroy', phase_attempts: lease.phaseAttempts + 1 }));
+    const ctx = leaseOnResourceContext(rt, blueprint, lease, resource, !firstTry);
     if (firstTry && lease.status === 'released') {
       const released = await callHook(rt, blueprint, 'releaseLease', ctx, undefined);
       if (!released.ok && released.kind === 'failed') {
-        await store.unit((u) => store.log(u, { type: 'hook.failure', data: { hook: 'releaseLease', error: released.error.message, code: errorCode(released.error), retry: false }, lease: lease.id, blueprint: blueprint.name }));
+        await store.single((u) => store.log(u, { type: 'hook.failure', data: { hook: 'releaseLease', error: released.error.message, code: errorCode(released.error), retry: false }, lease: lease.id, blueprint: blueprint.name }));
       }
     }
     const attempt = claim.attempts + 1;
@@ -155,18 +194,43 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim): Promise
     if (!destroyed.ok) {
       const retryAt = destroyed.kind === 'retry' ? destroyed.at : rt.clock.now().plus(backoffDelay(rt, attempt));
       const error = destroyed.kind === 'failed' ? destroyed.error.message : destroyed.kind === 'retry' ? destroyed.reason : 'waiting';
-      await store.unit((u) =>
+      await store.single((u) =>
         store.log(u, { type: 'hook.failure', data: { hook: 'destroyLease', error, code: destroyed.kind === 'failed' ? errorCode(destroyed.error) : null, retry: true, attempt, retryAt: retryAt.toISO() }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }),
       );
       return at(retryAt, attempt);
     }
   }
   await store.unit(async (u) => {
-    await store.casLease(u, lease.id, lease.status, 'destroyed', { phase: null, phase_attempts: 0 });
-    await store.releaseSlots(u, 'lease', lease.id);
-    await store.log(u, { type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null });
-    await store.leaseLeftLive(u, lease);
-    if (resource && blueprint) await store.handOff(u, resource.id, blueprint.type, blueprint.name);
+    // One statement: the lease is destroyed, its slot locks go, a reservation it held goes
+    // to the next waiter, and its resource counts one lease fewer (idle from now if it
+    // was the last).
+    const { also } = await store.casWith(u, 'lease', lease.id, lease.status, 'destroyed', { phase: null, phase_attempts: 0 }, {
+      logs: [{ type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null }],
+      also: [
+        { name: 'slots', sql: () => `DELETE FROM ${store.s}.slot_locks WHERE holder_kind = 'lease' AND holder_id = (SELECT id FROM upd)` },
+        {
+          name: 'freed',
+          returning: true,
+          sql: () => `UPDATE ${store.s}.resources SET reserved_for = NULL
+            WHERE reserved_for = (SELECT id FROM upd) AND id IS DISTINCT FROM (SELECT resource_id FROM upd) RETURNING type, blueprint`,
+        },
+        {
+          name: 'counted',
+          returning: true,
+          sql: (p) => `UPDATE ${store.s}.resources r SET lease_count = r.lease_count - 1,
+              idle_since = CASE WHEN r.lease_count = 1 THEN ${p.add(toDb(u.now))}::timestamptz ELSE r.idle_since END
+            FROM upd WHERE r.id = upd.resource_id
+            RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint`,
+        },
+      ],
+    });
+    for (const freed of also.freed) await store.wakeNextWaiting(u, [freed.type], [freed.blueprint]);
+    const left = also.counted[0] as { id: string; status: string; lease_count: number; type: string; blueprint: string } | undefined;
+    if (!left) return;
+    const idle = Number(left.lease_count) === 0;
+    // A resource on its way out waits for its last lease; an idle one may have an idle expiry to schedule.
+    if ((left.status !== 'active' && idle) || (left.status === 'active' && idle && blueprint?.limits.idleExpiry)) await store.wake(u, 'resource', [left.id]);
+    if (left.status === 'active') await store.handOff(u, left.id, left.type, left.blueprint);
   });
   return DELETE;
 }

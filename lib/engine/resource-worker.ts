@@ -1,7 +1,8 @@
 import type { Blueprint } from '../blueprint/contract.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
 import { normalizeSpec, type LeaseSpec } from '../model/spec.js';
-import { mapLease, type ResourceRow } from '../store/store.js';
+import { mapLease, type ResourceRow, type Unit } from '../store/store.js';
+import { toDb } from '../time.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
 import { baseContext, callHook, errorCode, leaseView, resourceView, WaitingForChild } from './hooks.js';
 import { at, backoffDelay, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
@@ -22,7 +23,10 @@ export async function processResource(rt: Runtime, claim: ResourceClaim): Promis
   for (let step = 0; step < MAX_STEPS; step++) {
     const resource = await store.resource(claim.id);
     if (!resource) return DELETE;
-    if (await consumeCommands(rt, 'resource', resource.id)) continue;
+    if (resource.hasCommands) {
+      await consumeCommands(rt, 'resource', resource.id);
+      continue;
+    }
     const blueprint = rt.blueprints.get(resource.blueprint);
     if (!blueprint) return at(rt.clock.now().plus(rt.waitRecheck), claim.attempts);
     switch (resource.status) {
@@ -35,7 +39,7 @@ export async function processResource(rt: Runtime, claim: ResourceClaim): Promis
         return watchIdle(rt, resource, blueprint);
       case 'released':
       case 'broken': {
-        if ((await store.liveLeaseCount(resource.id)) > 0) return PARK;
+        if (resource.leaseCount > 0) return PARK;
         return destroy(rt, resource, blueprint, claim);
       }
       case 'destroyed':
@@ -51,16 +55,17 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
   const phase = resource.allocated ? 'activate' : 'allocate';
   const hook = phase === 'allocate' ? 'allocateResource' : 'activateResource';
   const resume = resource.phase === phase;
-  await store.unit(async (u) => {
+  const intent = async (u: Unit) => {
     await store.update(u, 'resource', resource.id, 'pending', { phase, phase_attempts: resource.phaseAttempts + 1 });
     if (resume) await store.log(u, { type: 'resource.resume', data: { phase: hook, attempt: resource.phaseAttempts + 1 }, resource: resource.id, blueprint: blueprint.name });
-  });
+  };
+  await (resume ? store.unit(intent) : store.single(intent));
   const slots: string[] = [];
   const driver = resource.reservedFor ? await store.lease(resource.reservedFor) : null;
   let children = 0;
   const ctx = {
     ...baseContext(rt, blueprint, { resource: resource.id }, resume),
-    resource: resourceView(resource, 0),
+    resource: resourceView(resource),
     lease: driver && driver.status === 'pending' ? leaseView(driver) : null,
     lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
     acquireLease: (spec: LeaseSpec, options?: { key?: string }) => childLease(rt, resource, spec, options?.key ?? `child-${children++}`),
@@ -69,7 +74,7 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
   if (!result.ok) {
     if (result.kind === 'child') return PARK;
     if (result.kind === 'retry') {
-      await store.unit((u) => store.log(u, { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: result.at.toISO()! }, resource: resource.id, blueprint: blueprint.name }));
+      await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: result.at.toISO()! }, resource: resource.id, blueprint: blueprint.name }));
       return at(result.at, claim.attempts + 1);
     }
     await store.unit(async (u) => {
@@ -93,13 +98,16 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
       await store.update(u, 'resource', resource.id, 'pending', { attributes, phase: null, phase_attempts: 0 });
       return;
     }
-    await store.casResource(u, resource.id, 'pending', 'active', { attributes, phase: null, phase_attempts: 0, idle_since: u.now });
-    await store.log(u, { type: 'resource.activated', data: {}, resource: resource.id, blueprint: blueprint.name });
-    // One more active resource may raise the allocation limit, or serve a waiter directly.
-    // A reserved one wakes only its lease: a waiter woken now would find it still reserved
-    // and miss it; the lease's acquisition wakes the next waiter instead.
-    if (resource.reservedFor) {
-      await store.wake(u, 'lease', [resource.reservedFor]);
+    const activated = await store.casResource(u, resource.id, 'pending', 'active', { attributes, phase: null, phase_attempts: 0, idle_since: u.now }, {
+      logs: [{ type: 'resource.activated', data: {}, resource: resource.id, blueprint: blueprint.name }],
+    });
+    // One more active resource may serve a waiter directly, and raises the allocation
+    // limit: one allocation fewer is in flight. A reserved one wakes its lease, and the
+    // next waiter gets a look for the room to allocate (it passes the wake on only if it
+    // allocates too). An unreserved one goes to the best waiter.
+    if (activated.reservedFor) {
+      await store.wake(u, 'lease', [activated.reservedFor]);
+      await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
     } else {
       await store.handOff(u, resource.id, blueprint.type, blueprint.name);
     }
@@ -124,25 +132,26 @@ async function childLease(rt: Runtime, resource: ResourceRow, spec: LeaseSpec, k
 /** An active resource with no leases releases itself once its blueprint's idle expiry has passed. */
 async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>): Promise<Outcome> {
   const { store } = rt;
-  const leases = await store.liveLeaseCount(resource.id);
   const now = rt.clock.now();
-  if (leases > 0) {
-    if (resource.idleSince) await store.unit((u) => store.update(u, 'resource', resource.id, 'active', { idle_since: null }));
-    return PARK;
-  }
+  // idle_since is kept by the transactions that add and remove leases (under the row lock).
+  if (resource.leaseCount > 0) return PARK;
   let idleSince = resource.idleSince;
   if (!idleSince) {
     idleSince = now;
-    await store.unit((u) => store.update(u, 'resource', resource.id, 'active', { idle_since: now }));
+    await store.single((u) => u.sql.execute(`UPDATE ${store.s}.resources SET idle_since = $2 WHERE id = $1 AND status = 'active' AND lease_count = 0 AND idle_since IS NULL`, [resource.id, toDb(now)]));
   }
   const idle = blueprint.limits.idleExpiry;
   if (!idle) return PARK;
   const expiry = idleSince.plus(idle);
   if (expiry > now) return at(expiry);
-  await store.unit(async (u) => {
-    await store.casResource(u, resource.id, 'active', 'released');
-    await store.log(u, { type: 'resource.released', data: { reason: `idle for ${idle.toISO()}`, author: null }, resource: resource.id, blueprint: blueprint.name });
-  });
+  // Guarded: a lease acquired since the read keeps the resource.
+  const released = await store.single((u) =>
+    store.casIf(u, 'resource', resource.id, 'active', 'released', {}, {
+      guard: () => 'lease_count = 0 AND reserved_for IS NULL',
+      logs: [{ type: 'resource.released', data: { reason: `idle for ${idle.toISO()}`, author: null }, resource: resource.id, blueprint: blueprint.name }],
+    }),
+  );
+  if (!released) return at(now);
   return at(now);
 }
 
@@ -150,22 +159,23 @@ async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprin
 async function destroy(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>, claim: ResourceClaim): Promise<Outcome> {
   const { store } = rt;
   const resume = resource.phase === 'destroy';
-  await store.unit((u) => store.update(u, 'resource', resource.id, resource.status, { phase: 'destroy', phase_attempts: resource.phaseAttempts + 1 }));
+  await store.single((u) => store.update(u, 'resource', resource.id, resource.status, { phase: 'destroy', phase_attempts: resource.phaseAttempts + 1 }));
   const attempt = claim.attempts + 1;
-  const ctx = { ...baseContext(rt, blueprint, { resource: resource.id }, resume), resource: resourceView(resource, 0) };
+  const ctx = { ...baseContext(rt, blueprint, { resource: resource.id }, resume), resource: resourceView(resource) };
   const result = await callHook(rt, blueprint, 'destroyResource', ctx, undefined, attempt);
   if (!result.ok) {
     const retryAt = result.kind === 'retry' ? result.at : rt.clock.now().plus(backoffDelay(rt, attempt));
     const error = result.kind === 'failed' ? result.error.message : result.kind === 'retry' ? result.reason : 'waiting';
-    await store.unit((u) =>
+    await store.single((u) =>
       store.log(u, { type: 'hook.failure', data: { hook: 'destroyResource', error, code: result.kind === 'failed' ? errorCode(result.error) : null, retry: true, attempt, retryAt: retryAt.toISO() }, resource: resource.id, blueprint: blueprint.name }),
     );
     return at(retryAt, attempt);
   }
   await store.unit(async (u) => {
-    await store.casResource(u, resource.id, resource.status, 'destroyed', { phase: null, phase_attempts: 0 });
+    await store.casResource(u, resource.id, resource.status, 'destroyed', { phase: null, phase_attempts: 0 }, {
+      logs: [{ type: 'resource.destroyed', data: {}, resource: resource.id, blueprint: blueprint.name }],
+    });
     await store.releaseSlots(u, 'resource', resource.id);
-    await store.log(u, { type: 'resource.destroyed', data: {}, resource: resource.id, blueprint: blueprint.name });
     const children = await u.sql.query(
       `SELECT id FROM ${store.s}.leases WHERE parent_resource_id = $1 AND status IN ('pending', 'acquired', 'active')`,
       [resource.id],

@@ -3,7 +3,8 @@ import type { Blueprint } from '../blueprint/contract.js';
 import type { Clock } from '../clock.js';
 import type { Lease } from '../model/lease.js';
 import type { NormalizedSpec } from '../model/spec.js';
-import type { LeaseRow, Store } from '../store/store.js';
+import type { LeaseRow, ResourceRow, Store } from '../store/store.js';
+import type { HookResult } from './hooks.js';
 
 /** A pino-compatible logger: only these methods are used. */
 export interface Logger {
@@ -35,6 +36,27 @@ export type Outcome =
   | { next: 'park' }
   | { next: 'at'; at: DateTime; attempts?: number }
   | { next: 'delete' };
+
+/**
+ * What one step of a lease's pass hands to the next: the lease as the step's own CAS left
+ * it (no read needed), the resource it read or wrote, and whether that CAS also recorded
+ * the intent of the phase that follows (so the next step calls its hook without another
+ * write, and with `resume: false`). `REREAD`: read the lease again.
+ */
+export interface LeaseMoved {
+  lease: LeaseRow;
+  resource?: ResourceRow;
+  intent?: 'activate' | 'destroy';
+  /** A hook of the request's fast path failed before the lease was written: the lease's first step deals with it as the allocator would. */
+  trouble?: HookFailure;
+}
+
+/** A hook call that did not answer (see `callHook`). */
+export type HookFailure = Exclude<HookResult<unknown>, { ok: true }>;
+
+export const REREAD = 'reread' as const;
+
+export type LeaseStep = Outcome | LeaseMoved | typeof REREAD;
 
 export const PARK: Outcome = { next: 'park' };
 export const DELETE: Outcome = { next: 'delete' };

@@ -23,3 +23,12 @@ export function isTransientConflict(error: unknown): boolean {
   }
   return false;
 }
+
+/**
+ * 0A000 "cached plan must not change result type": a prepared statement outlived a schema
+ * change. Nothing ran; the connection then sends that statement's text instead (db.ts).
+ */
+export function isStalePlan(error: unknown): boolean {
+  const e = error as { code?: unknown; message?: unknown } | null;
+  return e?.code === '0A000' && typeof e.message === 'string' && /cached plan/.test(e.message);
+}

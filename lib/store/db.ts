@@ -1,5 +1,6 @@
-import type { DataSource, QueryRunner } from 'typeorm';
-import { isConnectionError, isTransientConflict } from './connection-errors.js';
+import { createHash } from 'node:crypto';
+import type { DataSource } from 'typeorm';
+import { isConnectionError, isStalePlan, isTransientConflict } from './connection-errors.js';
 
 /** One statement runner: the whole database, or one open transaction. */
 export interface Sql {
@@ -18,6 +19,13 @@ export interface Db extends Sql {
   readonly schema: string;
   readonly embedded: boolean;
   transaction<T>(work: (tx: Sql) => Promise<T>): Promise<T>;
+  /**
+   * Runs one write statement on its own (it commits by itself: one round trip instead of
+   * BEGIN, statement, COMMIT). Retried while the server is unreachable only if it was
+   * never sent; a connection lost while it ran leaves its outcome unknown and throws
+   * CommitOutcomeUnknownError, as a lost COMMIT does.
+   */
+  write<T = Record<string, any>>(text: string, params?: unknown[]): Promise<{ rows: T[]; rowCount: number }>;
   close(): Promise<void>;
 }
 
@@ -33,15 +41,60 @@ export interface DbOptions {
   onOutage?: (state: 'lost' | 'back', error?: unknown) => void;
 }
 
-function runnerSql(runner: QueryRunner): Sql {
+type QueryResult = { rows: any[]; rowCount: number | null };
+
+/** A connection of the driver's pool, as `pg` (and our PGlite driver) hand it out. */
+interface PoolClient {
+  query(text: string, params?: unknown[]): Promise<QueryResult>;
+  query(query: { name: string; text: string; values: unknown[] }): Promise<QueryResult>;
+  on?(event: 'error', listener: (error: unknown) => void): unknown;
+  off?(event: 'error', listener: (error: unknown) => void): unknown;
+}
+
+/** Statement names by text: the same text always gets the same name, on every connection. */
+const names = new Map<string, string>();
+
+function statementName(text: string): string {
+  let name = names.get(text);
+  if (!name) {
+    name = `slipway_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+    if (names.size < 10_000) names.set(text, name);
+  }
+  return name;
+}
+
+/** Names whose prepared form a connection must not use again (see `run`). */
+const stale = new WeakMap<PoolClient, Set<string>>();
+
+/**
+ * Runs one statement. With parameters it is a named (prepared) statement: parsed and
+ * planned once per connection, then only bound and executed, which halves the cost of
+ * the library's larger statements. A prepared `SELECT *` whose table gained a column
+ * (a newer version migrated the schema while this one runs) fails with "cached plan must
+ * not change result type"; that connection then sends the text each time.
+ */
+async function run(client: PoolClient, text: string, params?: unknown[]): Promise<QueryResult> {
+  if (!params || params.length === 0) return client.query(text, params);
+  const name = statementName(text);
+  if (stale.get(client)?.has(name)) return client.query(text, params);
+  try {
+    return await client.query({ name, text, values: params });
+  } catch (error) {
+    if (!isStalePlan(error)) throw error;
+    let names = stale.get(client);
+    if (!names) stale.set(client, (names = new Set()));
+    names.add(name);
+    throw error;
+  }
+}
+
+function clientSql(client: PoolClient): Sql {
   return {
     async query(text, params) {
-      const result = await runner.query(text, params, true);
-      return result.records as any[];
+      return (await run(client, text, params)).rows;
     },
     async execute(text, params) {
-      const result = await runner.query(text, params, true);
-      return result.affected ?? 0;
+      return (await run(client, text, params)).rowCount ?? 0;
     },
   };
 }
@@ -59,17 +112,31 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
   let closed = false;
   let outage = false;
 
-  async function withRunner<T>(work: (runner: QueryRunner) => Promise<T>): Promise<T> {
-    const runner = dataSource.createQueryRunner();
+  /**
+   * Borrows one connection from the pool TypeORM opened. Statements go to it directly:
+   * the hot path needs none of a QueryRunner's logging and event broadcasting, which
+   * cost as much as the statement itself on PGlite.
+   */
+  async function withClient<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+    const pool = (dataSource.driver as unknown as { master?: { connect(cb: (err: unknown, client: PoolClient, release: (err?: unknown) => void) => void): void } }).master;
+    if (!pool) throw new Error('the database is closed');
+    const [client, release] = await new Promise<[PoolClient, (err?: unknown) => void]>((resolve, reject) =>
+      pool.connect((err, c, r) => (err ? reject(err) : resolve([c, r]))),
+    );
     let failure: unknown;
+    // A connection that dies while lent out reports it as an 'error' event (the pool
+    // listens only to idle ones): note it, so the connection is dropped on release.
+    const onError = (error: unknown) => (failure ??= error);
+    client.on?.('error', onError);
     try {
-      return await work(runner);
+      return await work(client);
     } catch (error) {
       failure = error;
       throw error;
     } finally {
+      client.off?.('error', onError);
       // A connection that failed goes back with its error, so the pool drops it instead of reusing it.
-      await (runner as any).release(failure && isConnectionError(failure) ? failure : undefined).catch?.(() => undefined);
+      release(failure && isConnectionError(failure) ? failure : undefined);
     }
   }
 
@@ -91,7 +158,8 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
         return result;
       } catch (error) {
         // A deadlock or serialization failure rolled the whole transaction back: run it again.
-        if (!closed && isTransientConflict(error) && conflicts++ < 5) {
+        // So did a statement prepared before a schema change: it runs again unprepared.
+        if (!closed && (isTransientConflict(error) || isStalePlan(error)) && conflicts++ < 5) {
           await new Promise((r) => setTimeout(r, 5 + Math.random() * 45));
           continue;
         }
@@ -109,21 +177,32 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
     dataSource,
     schema,
     embedded,
-    query: (text, params) => retrying(() => withRunner((runner) => runnerSql(runner).query(text, params))),
-    execute: (text, params) => retrying(() => withRunner((runner) => runnerSql(runner).execute(text, params))),
+    query: (text, params) => retrying(() => withClient((client) => clientSql(client).query(text, params))),
+    write: (text, params) =>
+      retrying(() =>
+        withClient(async (client) => {
+          try {
+            const result = await run(client, text, params);
+            return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+          } catch (error) {
+            throw isConnectionError(error) ? new CommitOutcomeUnknownError(error) : error;
+          }
+        }),
+      ),
+    execute: (text, params) => retrying(() => withClient((client) => clientSql(client).execute(text, params))),
     transaction: (work) =>
       retrying(() =>
-        withRunner(async (runner) => {
-          await runner.startTransaction();
+        withClient(async (client) => {
+          await client.query('BEGIN');
           let result: Awaited<ReturnType<typeof work>>;
           try {
-            result = await work(runnerSql(runner));
+            result = await work(clientSql(client));
           } catch (error) {
-            if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+            await client.query('ROLLBACK').catch(() => undefined);
             throw error;
           }
           try {
-            await runner.commitTransaction();
+            await client.query('COMMIT');
           } catch (error) {
             throw isConnectionError(error) ? new CommitOutcomeUnknownError(error) : error;
           }

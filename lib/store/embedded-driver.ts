@@ -1,5 +1,32 @@
 import { EventEmitter } from 'node:events';
-import type { PGlite } from '@electric-sql/pglite';
+import { protocol, type PGlite } from '@electric-sql/pglite';
+
+/** A statement as `pg` takes it: with a `name`, it is parsed and planned once per session and then only bound and executed. */
+export interface NamedQuery {
+  name: string;
+  text: string;
+  values?: unknown[];
+}
+
+interface Prepared {
+  name: string;
+  paramTypes: number[];
+  fields: Array<{ name: string; dataTypeID: number }>;
+}
+
+/**
+ * Bench-only: told of every named statement run (text, parameters, milliseconds, rows, and
+ * the PGlite instance it ran on).
+ * Not reachable from the package exports; with none set it costs one comparison.
+ */
+let observer: ((text: string, params: unknown[], ms: number, rows: number, session: PGlite) => void) | null = null;
+
+export function observeNamedStatements(fn: typeof observer): void {
+  observer = fn;
+}
+
+/** More distinct statement texts than the library has means something generates them: stop keeping them. */
+const MAX_PREPARED = 1_000;
 
 /**
  * A `pg`-shaped driver over one PGlite instance, handed to TypeORM's Postgres driver.
@@ -10,11 +37,17 @@ import type { PGlite } from '@electric-sql/pglite';
  * pool has exactly one connection per PGlite instance, and `connect()` queues callers:
  * a unit of work (one query, or a whole transaction) owns the session from `connect`
  * until `release`, and the next one starts only then.
+ *
+ * A named query (`{ name, text, values }`, as `pg` takes it) is parsed and planned once
+ * per instance and then runs as one Bind/Execute/Sync exchange with the WASM backend:
+ * PGlite's own `query()` makes six exchanges and re-parses every time, which costs
+ * several times the statement itself.
  */
 export function pgliteDriver(pglite: PGlite): { Pool: new () => unknown; defaults: object } {
   const waiting: Array<() => void> = [];
   let busy = false;
   let ended = false;
+  const prepared = new Map<string, Prepared>();
 
   function acquire(): Promise<void> {
     if (!busy) {
@@ -30,10 +63,10 @@ export function pgliteDriver(pglite: PGlite): { Pool: new () => unknown; default
   }
 
   class Connection extends EventEmitter {
-    query(text: string, paramsOrCallback?: unknown, callback?: (err: unknown, result?: unknown) => void): Promise<unknown> | void {
+    query(query: string | NamedQuery, paramsOrCallback?: unknown, callback?: (err: unknown, result?: unknown) => void): Promise<unknown> | void {
       const params = typeof paramsOrCallback === 'function' ? undefined : (paramsOrCallback as unknown[] | undefined);
       const cb = typeof paramsOrCallback === 'function' ? (paramsOrCallback as typeof callback) : callback;
-      const run = runQuery(text, params);
+      const run = typeof query === 'string' ? runQuery(query, params) : runNamed(query);
       if (cb) {
         run.then((result) => cb(null, result), (error) => cb(error));
         return;
@@ -52,6 +85,67 @@ export function pgliteDriver(pglite: PGlite): { Pool: new () => unknown; default
     const results = await pglite.exec(text);
     const last = results[results.length - 1];
     return { rows: last?.rows ?? [], rowCount: last?.affectedRows ?? last?.rows.length ?? 0, command };
+  }
+
+  async function prepare(query: NamedQuery): Promise<Prepared | null> {
+    const known = prepared.get(query.text);
+    if (known) return known;
+    if (prepared.size >= MAX_PREPARED) return null;
+    const name = `${query.name}_${prepared.size}`;
+    const messages = await pglite.execProtocolStream(concat(protocol.serialize.parse({ name, text: query.text }), protocol.serialize.describe({ type: 'S', name }), protocol.serialize.sync()), { syncToFs: false });
+    const entry: Prepared = {
+      name,
+      paramTypes: (messages.find((m) => m.name === 'parameterDescription') as { dataTypeIDs?: number[] } | undefined)?.dataTypeIDs ?? [],
+      fields: (messages.find((m) => m.name === 'rowDescription') as { fields?: Prepared['fields'] } | undefined)?.fields ?? [],
+    };
+    prepared.set(query.text, entry);
+    return entry;
+  }
+
+  async function runNamed(query: NamedQuery) {
+    if (!observer) return runPrepared(query);
+    const started = performance.now();
+    const values = query.values ?? [];
+    let rows = 0;
+    try {
+      const result = await runPrepared(query);
+      rows = result.rows.length;
+      return result;
+    } finally {
+      observer?.(query.text, values, performance.now() - started, rows, pglite);
+    }
+  }
+
+  async function runPrepared(query: NamedQuery) {
+    const values = query.values ?? [];
+    const statement = await prepare(query);
+    if (!statement) return runQuery(query.text, values);
+    const bound = values.map((value, i) => {
+      if (value === null || value === undefined) return null;
+      const serializer = pglite.serializers[statement.paramTypes[i]!];
+      return serializer ? serializer(value) : String(value);
+    });
+    const messages = await pglite.execProtocolStream(concat(protocol.serialize.bind({ statement: statement.name, values: bound }), protocol.serialize.execute({}), protocol.serialize.sync()));
+    const rows: Array<Record<string, unknown>> = [];
+    let rowCount = 0;
+    let command = '';
+    for (const message of messages as Array<{ name: string; fields?: Array<string | null>; text?: string }>) {
+      if (message.name === 'dataRow') {
+        const row: Record<string, unknown> = {};
+        message.fields!.forEach((value, i) => {
+          const field = statement.fields[i]!;
+          const parser = pglite.parsers[field.dataTypeID];
+          row[field.name] = value === null ? null : parser ? parser(value, field.dataTypeID) : value;
+        });
+        rows.push(row);
+      } else if (message.name === 'commandComplete') {
+        // "INSERT 0 3", "UPDATE 2", "SELECT 5": the last number is the row count.
+        const words = message.text!.split(' ');
+        command = words[0]!;
+        rowCount = Number(words[words.length - 1]) || 0;
+      }
+    }
+    return { rows, rowCount, command };
   }
 
   class Pool extends EventEmitter {
@@ -78,4 +172,14 @@ export function pgliteDriver(pglite: PGlite): { Pool: new () => unknown; default
   }
 
   return { Pool, defaults: {} };
+}
+
+function concat(...parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
 }

@@ -25,6 +25,11 @@ export function encodeHint(hint: Hint): string {
   return Buffer.byteLength(full) <= MAX_PAYLOAD ? full : JSON.stringify({ f: hint.from, w: hint.work ? 1 : 0, l: null });
 }
 
+function mergeHints(a: Hint, b: Hint): Hint {
+  const leases = a.leases === null || b.leases === null ? null : [...new Set([...a.leases, ...b.leases])];
+  return { from: a.from, work: a.work || b.work, leases };
+}
+
 export function decodeHint(payload: string | undefined): Hint | null {
   try {
     const p = JSON.parse(payload ?? '');
@@ -105,6 +110,37 @@ export class Listener {
     const again = this.connectedOnce;
     this.connectedOnce = true;
     this.options.onConnected(again);
+  }
+
+  private pending: Hint | null = null;
+  private sending = false;
+
+  /**
+   * Tells the other brokers of the schema, after a commit, that work became due or
+   * leases moved. Sent on this connection, so it costs the unit of work nothing; hints
+   * given while one is on its way are merged into the next, so a busy broker sends
+   * one NOTIFY per round trip, not one per commit. While the connection is down hints
+   * are dropped: they only make brokers look sooner, and the sweep covers the gap.
+   */
+  send(hint: Hint): void {
+    this.pending = this.pending ? mergeHints(this.pending, hint) : hint;
+    if (!this.sending) void this.flush();
+  }
+
+  private async flush(): Promise<void> {
+    this.sending = true;
+    try {
+      while (this.pending) {
+        const hint = this.pending;
+        this.pending = null;
+        const client = this.client;
+        if (!client || this.stopped) continue;
+        // A failure here is the connection's: its error handler reconnects.
+        await client.query('SELECT pg_notify($1, $2)', [this.options.channel, encodeHint(hint)]).catch(() => undefined);
+      }
+    } finally {
+      this.sending = false;
+    }
   }
 
   get listening(): boolean {

@@ -9,14 +9,65 @@ export function quoteIdent(name: string): string {
   return `"${name}"`;
 }
 
+/**
+ * A condition that turns off synchronous commit for the statement's own transaction (it
+ * always holds). Only for the end of a worker's pass (finish, delete): lost in a server
+ * crash, the claim it ended stays until it expires and the pass runs again (every pass
+ * is idempotent), so waiting for the WAL flush buys nothing. Claims and heartbeats stay
+ * synchronous: losing one could let a second worker run a hook that is still running.
+ * A later synchronous commit flushes the WAL anyway, so nothing that came after it can
+ * survive while it is lost.
+ */
+const ASYNC_COMMIT = `set_config('synchronous_commit', 'off', true) = 'off'`;
+
 export function statements(schema: string) {
   const S = quoteIdent(schema);
   return {
-    // CAS: the WHERE on the expected status makes a concurrent or stale writer update nothing.
-    casLease: (sets: string) =>
-      `UPDATE ${S}.leases SET status = $3, status_changed_at = $4${sets} WHERE id = $1 AND status = $2 RETURNING *`,
-    casResource: (sets: string) =>
-      `UPDATE ${S}.resources SET status = $3, status_changed_at = $4${sets} WHERE id = $1 AND status = $2 RETURNING *`,
+    // Plain reads; the EXISTS tells the object's worker whether commands wait for it,
+    // saving a second round trip on every pass.
+    leaseWithCommands: `
+      SELECT l.*, EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = l.id AND c.consumed_at IS NULL) AS has_commands
+      FROM ${S}.leases l WHERE l.id = $1`,
+    leaseWithResource: `
+      SELECT l.*, to_jsonb(r) AS resource_row FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
+    resourceWithCommands: `
+      SELECT r.*, EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL) AS has_commands
+      FROM ${S}.resources r WHERE r.id = $1`,
+
+    // The allocator's candidates: active resources of one blueprint, least leased first,
+    // then oldest; an index range scan (resources_free) that stops at the page size, however
+    // large the pool. $3/$4 bound lease_count; ($5, $6, $7) is the keyset of the page before.
+    freeResources: `
+      SELECT * FROM ${S}.resources
+      WHERE blueprint = $1 AND status = 'active' AND (reserved_for IS NULL OR reserved_for = $2)
+        AND lease_count BETWEEN $3 AND $4
+        AND ($5::integer IS NULL OR (lease_count, created_at, id) > ($5::integer, $6::timestamptz, $7::text))
+      ORDER BY lease_count, created_at, id
+      LIMIT $8`,
+
+    // An acquisition's hold on its resource, first in the acquiring transaction: the row
+    // lock keeps the resource active until the lease's CAS commits, and the WHERE makes
+    // `maxLeasesPerResource` exact however many allocators race. A reservation for this
+    // lease is used up; one for another lease refuses.
+    takeResource: `
+      UPDATE ${S}.resources SET lease_count = lease_count + 1, idle_since = NULL, reserved_for = NULL
+      WHERE id = $1 AND status = 'active' AND (reserved_for IS NULL OR reserved_for = $2)
+        AND ($3::integer IS NULL OR lease_count < $3::integer)
+      RETURNING *`,
+    // A lease lets go of the resource it drove or had reserved (both rows, one statement).
+    forgetReservation: `
+      WITH res AS (UPDATE ${S}.resources SET reserved_for = NULL WHERE id = $2 AND reserved_for = $1)
+      UPDATE ${S}.leases SET allocating_resource_id = NULL WHERE id = $1 AND status = 'pending'`,
+    // Idle resources of a full blueprint that may be reclaimed for lease $3.
+    reclaimable: `
+      SELECT r.id FROM ${S}.resources r
+      WHERE r.blueprint = $1 AND r.status = 'active' AND r.reserved_for IS NULL AND r.lease_count = 0
+        AND r.idle_since IS NOT NULL AND r.idle_since <= $2
+        AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL)
+        -- Never reclaim a resource built for this very lease: refusing it and then
+        -- rebuilding it would churn without end.
+        AND NOT EXISTS (SELECT 1 FROM ${S}.logs g WHERE g.lease_id = $3 AND g.resource_id = r.id AND g.type = 'resource.allocating')
+      ORDER BY r.idle_since, r.id LIMIT 1`,
 
     // SKIP LOCKED lets many workers claim at once without waiting on each other; the
     // claim expiry makes a dead worker's items claimable again. Resources go first
@@ -44,8 +95,8 @@ export function statements(schema: string) {
         run_at = CASE WHEN wake_count <> $4 THEN $5::timestamptz ELSE $6::timestamptz END,
         chained = CASE WHEN wake_count <> $4 THEN chained ELSE false END,
         attempts = $7
-      WHERE object_kind = $1 AND object_id = $2 AND claimed_by = $3`,
-    deleteWork: `DELETE FROM ${S}.work_items WHERE object_kind = $1 AND object_id = $2`,
+      WHERE object_kind = $1 AND object_id = $2 AND claimed_by = $3 AND ${ASYNC_COMMIT}`,
+    deleteWork: `DELETE FROM ${S}.work_items WHERE object_kind = $1 AND object_id = $2 AND ${ASYNC_COMMIT}`,
     releaseAllClaims: `UPDATE ${S}.work_items SET claimed_by = NULL, claim_expires_at = NULL WHERE claimed_by IS NOT NULL`,
     releaseClaims: `UPDATE ${S}.work_items SET claimed_by = NULL, claim_expires_at = NULL WHERE claimed_by = $1`,
     nextDue: `SELECT min(run_at) AS at FROM ${S}.work_items WHERE run_at IS NOT NULL AND run_at > $1`,
@@ -57,37 +108,73 @@ export function statements(schema: string) {
       ON CONFLICT (object_kind, object_id) DO UPDATE
         SET run_at = LEAST(COALESCE(${S}.work_items.run_at, EXCLUDED.run_at), EXCLUDED.run_at),
             wake_count = ${S}.work_items.wake_count + 1`,
+    // ensureWork for the rows of a CTE with target_kind, target_id: a command's driver.
+    ensureWorkFrom: (source: string, at: string) => `
+      INSERT INTO ${S}.work_items (object_kind, object_id, run_at)
+      SELECT target_kind, target_id, ${at}::timestamptz FROM ${source}
+      ON CONFLICT (object_kind, object_id) DO UPDATE
+        SET run_at = LEAST(COALESCE(${S}.work_items.run_at, EXCLUDED.run_at), EXCLUDED.run_at),
+            wake_count = ${S}.work_items.wake_count + 1
+      RETURNING 1`,
     wake: `
       UPDATE ${S}.work_items SET run_at = LEAST(COALESCE(run_at, $3), $3), wake_count = wake_count + 1
       WHERE object_kind = $1 AND object_id = ANY($2::text[])`,
 
     // The next waiting lease that is not already due gets the wake, so two freed slots
     // wake two leases; SKIP LOCKED keeps two concurrent wakers from picking the same one.
-    wakeNextWaiting: `
-      WITH next AS (
+    // A lease in the middle of a pass can take the wake too: the bumped wake_count makes
+    // it look again when the pass ends. One that already holds a wake ('chained') gets a
+    // second only when no other lease can take it: its pass may have looked too early.
+    // A wake passed on ($4-$8) goes only to leases ranked after the one that passed it and
+    // asking for something else: one asking for the same would be refused the same.
+    wakeNextWaiting: (() => {
+      const waiting = (extra: string) => `
         SELECT w.object_kind, w.object_id FROM ${S}.work_items w
         JOIN ${S}.leases l ON l.id = w.object_id AND w.object_kind = 'lease'
         WHERE l.status = 'pending' AND l.type = ANY($1::text[])
           AND (l.blueprints IS NULL OR l.blueprints && $2::text[])
-          -- A lease in the middle of a pass can take the wake too: the bumped wake_count
-          -- makes it look again when the pass ends. 'chained' keeps one lease from taking two.
-          AND (w.run_at IS NULL OR w.run_at > $3 OR (w.claimed_by IS NOT NULL AND NOT w.chained))
+          -- A lease that drives an allocation or holds a reservation waits for that one.
+          AND l.allocating_resource_id IS NULL
           AND ($4::bigint IS NULL OR (l.priority, -l.seq) < ($5::integer, -$4::bigint))
+          AND ($6::text IS NULL OR NOT (l.type = $6 AND l.attributes = $7::jsonb AND l.blueprints IS NOT DISTINCT FROM $8::text[]))
+          AND ${extra}
         ORDER BY l.priority DESC, l.seq
         LIMIT 1
-        FOR UPDATE OF w SKIP LOCKED
-      )
-      UPDATE ${S}.work_items w SET run_at = $3, chained = true, wake_count = w.wake_count + 1
+        FOR UPDATE OF w SKIP LOCKED`;
+      return `
+      WITH first AS (${waiting('(w.run_at IS NULL OR w.run_at > $3 OR (w.claimed_by IS NOT NULL AND NOT w.chained))')}),
+      second AS (${waiting('w.claimed_by IS NOT NULL AND w.chained AND NOT EXISTS (SELECT 1 FROM first)')}),
+      next AS (SELECT * FROM first UNION ALL SELECT * FROM second)
+      UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), chained = true, wake_count = w.wake_count + 1
       FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
-      RETURNING w.object_id`,
+      RETURNING w.object_id`;
+    })(),
+    // The reservation of a hand-off: the lease (still pending, with no reservation of its
+    // own) points at the resource first, under its row lock; the resource is reserved only
+    // if that happened. The other order could leave a resource reserved for a lease that
+    // moved on meanwhile, which nothing would ever free; this one at worst leaves the
+    // lease pointing at a resource it then finds taken and lets go of.
+    reserveFor: `
+      WITH ptr AS (
+        UPDATE ${S}.leases SET allocating_resource_id = $1
+        WHERE id = $2 AND status = 'pending' AND allocating_resource_id IS NULL
+          AND EXISTS (SELECT 1 FROM ${S}.resources WHERE id = $1 AND status = 'active' AND reserved_for IS NULL)
+        RETURNING id)
+      UPDATE ${S}.resources SET reserved_for = $2
+      WHERE id = $1 AND status = 'active' AND reserved_for IS NULL AND EXISTS (SELECT 1 FROM ptr)`,
 
     // All or nothing: ON CONFLICT DO NOTHING waits on a concurrent insert of the same key
-    // and then skips it; the caller compares what it got and rolls the transaction back.
+    // and then skips it. The keys returned are the conflicts: neither inserted now nor
+    // already held by this holder. Any conflict and the caller rolls the transaction back.
     lockSlots: `
-      INSERT INTO ${S}.slot_locks (key, holder_kind, holder_id, created_at)
-      SELECT k, $2, $3, $4 FROM unnest($1::text[]) AS k
-      ON CONFLICT (key) DO NOTHING`,
-    slotHolders: `SELECT key, holder_kind, holder_id FROM ${S}.slot_locks WHERE key = ANY($1::text[])`,
+      WITH ins AS (
+        INSERT INTO ${S}.slot_locks (key, holder_kind, holder_id, created_at)
+        SELECT k, $2, $3, $4 FROM unnest($1::text[]) AS k
+        ON CONFLICT (key) DO NOTHING
+        RETURNING key)
+      SELECT k AS key FROM unnest($1::text[]) AS k
+      WHERE k NOT IN (SELECT key FROM ins)
+        AND NOT EXISTS (SELECT 1 FROM ${S}.slot_locks l WHERE l.key = k AND l.holder_kind = $2 AND l.holder_id = $3)`,
     // Takes the first free capacity slot of a blueprint; the unique key makes the
     // maxResources cap exact however many allocators race.
     takeCapacitySlot: `

@@ -9,7 +9,7 @@ import type { JsonObject } from '../model/spec.js';
 import { isLegalTransition, type LeaseStatus, type ObjectKind, type ResourceStatus } from '../model/states.js';
 import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
-import { encodeHint } from './notifier.js';
+import { Params } from './params.js';
 import { quoteIdent, statements, type Statements } from './sql.js';
 
 export interface LeaseRow extends LeaseRecord {
@@ -21,6 +21,12 @@ export interface LeaseRow extends LeaseRecord {
   waitLogId: number | null;
   phase: string | null;
   phaseAttempts: number;
+  /** Whether unconsumed commands to this lease existed when the row was read. */
+  hasCommands: boolean;
+}
+
+export interface LeaseWithResource extends LeaseRow {
+  resource: ResourceRow | null;
 }
 
 export interface ResourceRow extends ResourceRecord {
@@ -29,6 +35,10 @@ export interface ResourceRow extends ResourceRecord {
   phaseAttempts: number;
   reservedFor: string | null;
   idleSince: DateTime | null;
+  /** Leases on this resource that are not destroyed yet. */
+  leaseCount: number;
+  /** Whether unconsumed commands to this resource existed when the row was read. */
+  hasCommands: boolean;
 }
 
 export interface CommandRow {
@@ -45,6 +55,9 @@ export interface StatusEvent {
   id: string;
   from: string | null;
   to: string;
+  /** The row as the change left it, and for a lease its resource when the writer had it: watchers in this process need not read them. */
+  row?: LeaseRow | ResourceRow;
+  resource?: ResourceRow;
 }
 
 export interface LogInsert<T extends string = string> {
@@ -55,13 +68,52 @@ export interface LogInsert<T extends string = string> {
   blueprint?: string | null;
 }
 
-/** One short transaction, plus what to announce once it commits. */
+/** One short transaction (or one statement on its own), plus what to announce once it commits. */
 export interface Unit {
   sql: Sql;
   now: DateTime;
   events: StatusEvent[];
   logs: Array<Record<string, unknown>>;
+  /** Work became due: this broker's workers, and the other brokers of the schema, should look. */
   woke: boolean;
+}
+
+/** More writes in the statement of a compare-and-set; they see the updated row as `upd`. */
+export interface AlsoWrite {
+  name: string;
+  sql: (p: Params) => string;
+  /** Hand back its RETURNING rows (`CasResult.also[name]`). */
+  returning?: boolean;
+}
+
+export interface CasOptions {
+  /** Log entries written with the status change, after its `status.changed` entry. */
+  logs?: LogInsert[];
+  /** Writes before the CAS, which `guard` may name (the resource row an acquisition takes). */
+  before?: AlsoWrite[];
+  /** A further condition of the write (the resource is still active, no release is waiting). Refused: `casIf` returns null. */
+  guard?: (p: Params) => string;
+  also?: AlsoWrite[];
+  /** An expression evaluated last that may raise, undoing the whole statement (slot locks held by others). */
+  failIf?: string;
+  /** A lease's resource as the writer has it, handed to watchers in this process with the event. */
+  resource?: ResourceRow;
+}
+
+/** What an acquisition takes, in the statement that also moves the lease to acquired (`Store.takeResource`). */
+export interface Acquisition {
+  resourceId: string;
+  /** `maxLeasesPerResource` of the resource's blueprint. */
+  maxLeases: number | null;
+  /** Slot locks the lease holds until it is destroyed: all of them, or the statement does nothing. */
+  slots: string[];
+  /** Take the resource only if no lease of this type waits (first come, first served for a newcomer). */
+  unlessWaiting?: string;
+}
+
+export interface CasResult<Row> {
+  row: Row;
+  also: Record<string, any[]>;
 }
 
 export function mapLease(r: Record<string, any>): LeaseRow {
@@ -86,6 +138,7 @@ export function mapLease(r: Record<string, any>): LeaseRow {
     waitLogId: r.wait_log_id === null || r.wait_log_id === undefined ? null : Number(r.wait_log_id),
     phase: r.phase ?? null,
     phaseAttempts: Number(r.phase_attempts ?? 0),
+    hasCommands: Boolean(r.has_commands),
   };
 }
 
@@ -104,11 +157,46 @@ export function mapResource(r: Record<string, any>): ResourceRow {
     phaseAttempts: Number(r.phase_attempts ?? 0),
     reservedFor: r.reserved_for ?? null,
     idleSince: fromDb(r.idle_since),
+    leaseCount: Number(r.lease_count ?? 0),
+    hasCommands: Boolean(r.has_commands),
   };
+}
+
+/** The keys of a slot lock conflict that undid an acquiring statement (SQLSTATE SW001, see `Store.takeResource`), or null. */
+export function slotConflictKeys(error: unknown): string[] | null {
+  const e = error as { code?: unknown; detail?: unknown } | null;
+  if (e?.code !== 'SW001') return null;
+  try {
+    const keys = JSON.parse(String(e.detail));
+    return Array.isArray(keys) ? keys.map(String) : [];
+  } catch {
+    return [];
+  }
+}
+
+/** What a new lease row holds (`Store.insertLease`). */
+export interface NewLease {
+  id: string;
+  type: string;
+  attributes: JsonObject;
+  blueprints: string[] | null;
+  owner: string | null;
+  priority: number;
+  expiresAt: DateTime | null;
+  deadlineAt: DateTime | null;
+  parentResourceId: string | null;
+  childKey: string | null;
 }
 
 /** Column updates that go with a CAS, as `column: value`. JSON values are passed as JSON text. */
 type Sets = Record<string, unknown>;
+
+/** A statement that issued more than one statement where one was promised (`Store.single`). */
+class SingleStatementError extends Error {
+  constructor() {
+    super('a single-statement unit ran a second statement');
+  }
+}
 
 export class Store {
   readonly sql: Statements;
@@ -118,8 +206,6 @@ export class Store {
     readonly db: Db,
     private readonly clock: Clock,
     private readonly afterCommit: (unit: Unit) => void,
-    /** On a shared server: NOTIFY the other brokers of the schema inside each unit that woke work or moved a lease. */
-    private readonly notify?: { channel: string; from: string },
   ) {
     this.sql = statements(db.schema);
     this.s = quoteIdent(db.schema);
@@ -132,30 +218,58 @@ export class Store {
     while (this.running.size > 0) await Promise.allSettled([...this.running]);
   }
 
-  /** Runs one short unit of work; announces its status changes and logs after commit. */
-  unit<T>(work: (unit: Unit) => Promise<T>): Promise<T> {
-    const running = this.runUnit(work);
+  private track<T>(running: Promise<T>): Promise<T> {
     this.running.add(running);
     const forget = () => void this.running.delete(running);
     running.then(forget, forget);
     return running;
   }
 
-  private async runUnit<T>(work: (unit: Unit) => Promise<T>): Promise<T> {
-    let done: Unit | undefined;
-    const result = await this.db.transaction(async (sql) => {
-      const unit: Unit = { sql, now: this.clock.now(), events: [], logs: [], woke: false };
-      const value = await work(unit);
-      const leases = unit.events.filter((e) => e.kind === 'lease').map((e) => e.id);
-      if (this.notify && (unit.woke || leases.length > 0)) {
-        // Transactional: delivered at COMMIT, never for a unit that rolled back.
-        await sql.query(`SELECT pg_notify($1, $2)`, [this.notify.channel, encodeHint({ from: this.notify.from, work: unit.woke, leases: [...new Set(leases)] })]);
-      }
-      done = unit;
-      return value;
-    });
-    if (done) this.afterCommit(done);
-    return result;
+  /** Runs one short unit of work in a transaction; announces its status changes and logs after commit. */
+  unit<T>(work: (unit: Unit) => Promise<T>): Promise<T> {
+    return this.track(
+      (async () => {
+        let done: Unit | undefined;
+        const result = await this.db.transaction(async (sql) => {
+          const unit = this.newUnit(sql);
+          const value = await work(unit);
+          done = unit;
+          return value;
+        });
+        if (done) this.afterCommit(done);
+        return result;
+      })(),
+    );
+  }
+
+  /**
+   * A unit of work that is one statement, so it needs no transaction: the statement
+   * commits by itself (one round trip instead of three). Its writes are all in that
+   * statement (a CAS with its logs and wake-ups, an insert with its work item), so it is
+   * exactly as atomic as a transaction. A second statement is a bug and throws.
+   */
+  single<T>(work: (unit: Unit) => Promise<T>): Promise<T> {
+    return this.track(
+      (async () => {
+        let issued = 0;
+        const once = <R>(run: () => Promise<R>) => {
+          if (issued++ > 0) throw new SingleStatementError();
+          return run();
+        };
+        const sql: Sql = {
+          query: <R>(text: string, params?: unknown[]) => once(async () => (await this.db.write<R>(text, params)).rows),
+          execute: (text, params) => once(async () => (await this.db.write(text, params)).rowCount),
+        };
+        const unit = this.newUnit(sql);
+        const value = await work(unit);
+        this.afterCommit(unit);
+        return value;
+      })(),
+    );
+  }
+
+  private newUnit(sql: Sql): Unit {
+    return { sql, now: this.clock.now(), events: [], logs: [], woke: false };
   }
 
   newId(prefix: 'lease' | 'res'): string {
@@ -164,19 +278,24 @@ export class Store {
 
   // --- reads -------------------------------------------------------------------------
 
+  /** A lease, with whether commands wait for it. */
   async lease(id: string, sql: Sql = this.db): Promise<LeaseRow | null> {
-    const rows = await sql.query(`SELECT * FROM ${this.s}.leases WHERE id = $1`, [id]);
+    const rows = await sql.query(this.sql.leaseWithCommands, [id]);
     return rows[0] ? mapLease(rows[0]) : null;
   }
 
-  async resource(id: string, sql: Sql = this.db): Promise<ResourceRow | null> {
-    const rows = await sql.query(`SELECT * FROM ${this.s}.resources WHERE id = $1`, [id]);
-    return rows[0] ? mapResource(rows[0]) : null;
+  /** A lease and, in the same read, its resource (what `acquire()` hands over). */
+  async leaseWithResource(id: string): Promise<LeaseWithResource | null> {
+    const rows = await this.db.query(this.sql.leaseWithResource, [id]);
+    if (!rows[0]) return null;
+    const resource = rows[0].resource_row;
+    return { ...mapLease(rows[0]), resource: resource ? mapResource(resource) : null };
   }
 
-  async liveLeaseCount(resourceId: string, sql: Sql = this.db): Promise<number> {
-    const rows = await sql.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${this.s}.leases WHERE resource_id = $1 AND status <> 'destroyed'`, [resourceId]);
-    return Number(rows[0].n);
+  /** A resource, with whether commands wait for it. */
+  async resource(id: string, sql: Sql = this.db): Promise<ResourceRow | null> {
+    const rows = await sql.query(this.sql.resourceWithCommands, [id]);
+    return rows[0] ? mapResource(rows[0]) : null;
   }
 
   async leasesOnResource(resourceId: string, sql: Sql = this.db): Promise<LeaseRow[]> {
@@ -191,40 +310,250 @@ export class Store {
 
   // --- writes ------------------------------------------------------------------------
 
-  /** CAS a lease's status, checked against the transition table; refuses if the row moved on. */
-  async casLease(unit: Unit, id: string, from: LeaseStatus, to: LeaseStatus, sets: Sets = {}): Promise<LeaseRow> {
-    return mapLease(await this.cas(unit, 'lease', id, from, to, sets));
+  /** CAS a lease's status, checked against the transition table; refuses (throws) if the row moved on. */
+  async casLease(unit: Unit, id: string, from: LeaseStatus, to: LeaseStatus, sets: Sets = {}, options: CasOptions = {}): Promise<LeaseRow> {
+    return (await this.casWith(unit, 'lease', id, from, to, sets, options)).row as LeaseRow;
   }
 
-  async casResource(unit: Unit, id: string, from: ResourceStatus, to: ResourceStatus, sets: Sets = {}): Promise<ResourceRow> {
-    return mapResource(await this.cas(unit, 'resource', id, from, to, sets));
+  async casResource(unit: Unit, id: string, from: ResourceStatus, to: ResourceStatus, sets: Sets = {}, options: CasOptions = {}): Promise<ResourceRow> {
+    return (await this.casWith(unit, 'resource', id, from, to, sets, options)).row as ResourceRow;
   }
 
-  private async cas(unit: Unit, kind: ObjectKind, id: string, from: string, to: string, sets: Sets) {
-    if (!isLegalTransition(kind, from, to)) throw new IllegalTransitionError(kind, id, from, to);
-    const { clause, values } = setClause(sets, 5);
-    const text = kind === 'lease' ? this.sql.casLease(clause) : this.sql.casResource(clause);
-    const rows = await unit.sql.query(text, [id, from, to, toDb(unit.now), ...values]);
-    if (!rows[0]) {
+  /** A CAS whose `guard` may refuse it: null when refused (the caller reads why), the row otherwise. */
+  async casIf<K extends ObjectKind>(unit: Unit, kind: K, id: string, from: string, to: string, sets: Sets, options: CasOptions): Promise<CasResult<K extends 'lease' ? LeaseRow : ResourceRow> | null> {
+    return (await this.cas(unit, kind, id, from, to, sets, options)) as CasResult<K extends 'lease' ? LeaseRow : ResourceRow> | null;
+  }
+
+  /** A CAS that must apply, with the RETURNING rows of its `also` writes. */
+  async casWith(unit: Unit, kind: ObjectKind, id: string, from: string, to: string, sets: Sets = {}, options: CasOptions = {}): Promise<CasResult<LeaseRow | ResourceRow>> {
+    const result = await this.cas(unit, kind, id, from, to, sets, options);
+    if (!result) {
       const table = kind === 'lease' ? 'leases' : 'resources';
       const actual = await unit.sql.query(`SELECT status FROM ${this.s}.${table} WHERE id = $1`, [id]);
       throw new IllegalTransitionError(kind, id, from, to, actual[0]?.status ?? 'missing');
     }
-    unit.events.push({ kind, id, from, to });
+    return result;
+  }
+
+  /**
+   * One statement: the status CAS, its `status.changed` log and the caller's logs, a
+   * wake of the owner resource of a child lease, and any `also` writes. Nothing of it
+   * happens unless the CAS matched.
+   */
+  private async cas(unit: Unit, kind: ObjectKind, id: string, from: string, to: string, sets: Sets, options: CasOptions): Promise<CasResult<LeaseRow | ResourceRow> | null> {
+    if (!isLegalTransition(kind, from, to)) throw new IllegalTransitionError(kind, id, from, to);
+    const p = new Params();
+    const table = kind === 'lease' ? 'leases' : 'resources';
+    const now = p.add(toDb(unit.now));
+    const guard = options.guard ? ` AND (${options.guard(p)})` : '';
+    const logs: LogInsert[] = [{ type: 'status.changed', data: { kind, from, to }, [kind]: id }, ...(options.logs ?? [])];
     // A child lease's owner resource may be suspended waiting for it: wake it when the child
     // is settled (active, or on its way out), not on pending/acquired, which it would only wait on again.
-    if (kind === 'lease' && rows[0].parent_resource_id && to !== 'pending' && to !== 'acquired') {
-      await this.wake(unit, 'resource', [rows[0].parent_resource_id]);
-    }
-    await this.log(unit, { type: 'status.changed', data: { kind, from, to }, [kind]: id, blueprint: rows[0].blueprint ?? null });
-    return rows[0];
+    const wakesParent = kind === 'lease' && to !== 'pending' && to !== 'acquired';
+    const also = options.also ?? [];
+    const before = options.before ?? [];
+    const text = `
+      WITH ${before.map((a) => `${a.name} AS (${a.sql(p)}), `).join('')}upd AS (
+        UPDATE ${this.s}.${table} SET status = ${p.add(to)}, status_changed_at = ${now}${setClause(sets, p)}
+        WHERE id = ${p.add(id)} AND status = ${p.add(from)}${guard}
+        RETURNING *
+      ), lg AS (${this.logsFrom('upd', logs, p, now, kind === 'resource')})${
+        wakesParent
+          ? `, pw AS (
+        UPDATE ${this.s}.work_items w SET run_at = LEAST(COALESCE(w.run_at, ${now}), ${now}), wake_count = w.wake_count + 1
+        FROM upd WHERE w.object_kind = 'resource' AND w.object_id = upd.parent_resource_id
+        RETURNING 1)`
+          : ''
+      }${also.map((a) => `, ${a.name} AS (${a.sql(p)})`).join('')}
+      SELECT upd.*,
+        EXISTS (SELECT 1 FROM ${this.s}.commands c WHERE c.target_kind = '${kind}' AND c.target_id = upd.id AND c.consumed_at IS NULL) AS has_commands,
+        (SELECT json_agg(lg ORDER BY lg.id) FROM lg) AS written_logs${wakesParent ? ', EXISTS (SELECT 1 FROM pw) AS woke_parent' : ''}${also
+          .filter((a) => a.returning)
+          .map((a) => `, (SELECT json_agg(${a.name}) FROM ${a.name}) AS ${a.name}`)
+          .join('')}${before
+          .filter((a) => a.returning)
+          .map((a) => `, (SELECT json_agg(${a.name}) FROM ${a.name}) AS ${a.name}`)
+          .join('')}${options.failIf ? `, ${options.failIf} AS failed` : ''}
+      FROM (SELECT 1) AS one LEFT JOIN upd ON true`;
+    const rows = await unit.sql.query(text, p.values);
+    const r = rows[0];
+    if (!r || r.id === null || r.id === undefined) return null;
+    const result: CasResult<LeaseRow | ResourceRow> = { row: kind === 'lease' ? mapLease(r) : mapResource(r), also: {} };
+    unit.events.push({ kind, id, from, to, row: result.row, resource: options.resource });
+    unit.logs.push(...(r.written_logs ?? []));
+    if (r.woke_parent) unit.woke = true;
+    for (const a of [...before, ...also]) if (a.returning) result.also[a.name] = r[a.name] ?? [];
+    return result;
+  }
+
+  /**
+   * The writes that take a resource for lease `leaseId`, as CTEs of the statement that
+   * acquires the lease: `taken`, the resource row (still active, not reserved for another
+   * lease, below `maxLeases`; its row lock keeps it so until the statement commits); the
+   * slot locks; and `conflicts`, the keys held by others. The statement's `failIf`
+   * (`acquisitionFails`) then undoes everything if there is any conflict.
+   */
+  takeResource(leaseId: string, a: Acquisition, now: DateTime): AlsoWrite[] {
+    const keys = [...new Set(a.slots)];
+    return [
+      {
+        name: 'taken',
+        returning: true,
+        sql: (p) => `
+        UPDATE ${this.s}.resources SET lease_count = lease_count + 1, idle_since = NULL, reserved_for = NULL
+        WHERE id = ${p.add(a.resourceId)} AND status = 'active' AND (reserved_for IS NULL OR reserved_for = ${p.add(leaseId)})
+          AND (${p.add(a.maxLeases)}::integer IS NULL OR lease_count < ${p.add(a.maxLeases)}::integer)
+          AND (${p.add(a.unlessWaiting ?? null)}::text IS NULL
+               OR NOT EXISTS (SELECT 1 FROM ${this.s}.leases w WHERE w.status = 'pending' AND w.type = ${p.add(a.unlessWaiting ?? null)}::text))
+        RETURNING *`,
+      },
+      {
+        name: 'locked',
+        sql: (p) => `
+        INSERT INTO ${this.s}.slot_locks (key, holder_kind, holder_id, created_at)
+        SELECT k, 'lease', ${p.add(leaseId)}, ${p.add(toDb(now))}::timestamptz FROM unnest(${p.add(keys)}::text[]) AS k WHERE EXISTS (SELECT 1 FROM taken)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING key`,
+      },
+      {
+        name: 'conflicts',
+        sql: (p) => `
+        SELECT k FROM unnest(${p.add(keys)}::text[]) AS k
+        WHERE EXISTS (SELECT 1 FROM taken) AND k NOT IN (SELECT key FROM locked)
+          AND NOT EXISTS (SELECT 1 FROM ${this.s}.slot_locks l WHERE l.key = k AND l.holder_kind = 'lease' AND l.holder_id = ${p.add(leaseId)})`,
+      },
+    ];
+  }
+
+  /**
+   * One statement: a new lease created already acquired on a free resource (the fast path
+   * of a request, when nothing waits ahead of it). It takes the resource and the slot
+   * locks as `takeResource` does (only if no lease of the type waits: `unlessWaiting`),
+   * inserts the lease (`acquired`, with the intent to activate it recorded) and its work
+   * item, claimed by `claimedBy`, and logs what a lease that queued and was then acquired
+   * would log. Null when the resource is no longer free or a lease waits (nothing was
+   * written); slot locks held by others raise SW001.
+   */
+  async insertAcquired(unit: Unit, lease: NewLease, a: Acquisition, attributes: JsonObject, blueprint: string, claimedBy: { worker: string; until: DateTime }): Promise<{ lease: LeaseRow; resource: ResourceRow } | null> {
+    const p = new Params();
+    const now = p.add(toDb(unit.now));
+    const take = this.takeResource(lease.id, a, unit.now);
+    const logs: LogInsert[] = [
+      { type: 'lease.queued', data: { type: lease.type, owner: lease.owner, priority: lease.priority }, lease: lease.id },
+      { type: 'status.changed', data: { kind: 'lease', from: 'pending', to: 'acquired' }, lease: lease.id },
+      { type: 'lease.acquired', data: { resource: a.resourceId, blueprint }, lease: lease.id, resource: a.resourceId, blueprint },
+    ];
+    const text = `
+      WITH ${take.map((t) => `${t.name} AS (${t.sql(p)})`).join(', ')},
+      l AS (
+        INSERT INTO ${this.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key,
+                                      resource_id, phase, phase_attempts, created_at, status_changed_at)
+        SELECT ${p.add(lease.id)}, ${p.add(lease.type)}, 'acquired', ${p.add(JSON.stringify(attributes))}::jsonb, ${p.add(lease.blueprints)}::text[], ${p.add(lease.owner)},
+               ${p.add(lease.priority)}::integer, ${p.add(toDb(lease.expiresAt))}::timestamptz, ${p.add(toDb(lease.deadlineAt))}::timestamptz,
+               ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, taken.id, 'activate', 1, ${now}, ${now}
+        FROM taken WHERE NOT EXISTS (SELECT 1 FROM conflicts)
+        RETURNING *
+      ), w AS (
+        INSERT INTO ${this.s}.work_items (object_kind, object_id, run_at, priority, seq, claimed_by, claim_expires_at)
+        SELECT 'lease', l.id, ${now}, l.priority, l.seq, ${p.add(claimedBy.worker)}, ${p.add(toDb(claimedBy.until))}::timestamptz FROM l
+        RETURNING 1
+      ), lg AS (${this.logsFrom('l', logs, p, now, false)})
+      SELECT l.*, false AS has_commands, (SELECT json_agg(lg ORDER BY lg.id) FROM lg) AS written_logs,
+        (SELECT to_jsonb(taken) FROM taken) AS taken_row, ${this.acquisitionFails('l')} AS failed
+      FROM (SELECT 1) AS one LEFT JOIN l ON true`;
+    const [r] = await unit.sql.query(text, p.values);
+    // The resource is no longer free, or a lease waits: nothing was written.
+    if (!r?.id) return null;
+    unit.events.push({ kind: 'lease', id: lease.id, from: null, to: 'pending' }, { kind: 'lease', id: lease.id, from: 'pending', to: 'acquired' });
+    unit.logs.push(...(r.written_logs ?? []));
+    return { lease: mapLease(r), resource: mapResource(r.taken_row) };
+  }
+
+  /**
+   * See `takeResource`: undoes the statement when slot locks are held by others (SW001,
+   * with their keys), or when the resource was taken but `lease` (the CTE that records
+   * the acquisition) wrote nothing (SW002: the lease moved on meanwhile).
+   */
+  acquisitionFails(lease: string): string {
+    return `COALESCE(
+        (SELECT ${this.s}.undo('SW001', 'slot locks are held: ' || string_agg(k, ', '), to_json(array_agg(k))::text) FROM conflicts HAVING count(*) > 0),
+        (SELECT ${this.s}.undo('SW002', 'the lease moved on while the resource was taken for it', '') WHERE EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM ${lease})))`;
+  }
+
+  /** The INSERT of log entries, one row per entry for each row of `source`, in the entries' order. */
+  private logsFrom(source: string, entries: LogInsert[], p: Params, at: string, blueprintFromSource: boolean): string {
+    const json = entries.map((e, ord) => ({ ord, type: e.type, blueprint: e.blueprint ?? null, resource_id: e.resource ?? null, lease_id: e.lease ?? null, data: e.data ?? {} }));
+    const blueprint = blueprintFromSource ? `COALESCE(x.blueprint, ${source}.blueprint)` : 'x.blueprint';
+    return `
+        INSERT INTO ${this.s}.logs (type, blueprint, resource_id, lease_id, data, at, last_at)
+        SELECT x.type, ${blueprint}, x.resource_id, x.lease_id, x.data, ${at}, ${at}
+        FROM ${source} CROSS JOIN jsonb_to_recordset(${p.add(JSON.stringify(json))}::jsonb)
+          AS x(ord integer, type text, blueprint text, resource_id text, lease_id text, data jsonb)
+        ORDER BY x.ord
+        RETURNING *`;
+  }
+
+  /**
+   * One statement: a new pending lease, its work item (claimed by `claimedBy` when this
+   * broker's workers run it at once), and its `lease.queued` log. Idempotent per id: run
+   * again after an unknown outcome, it inserts nothing and returns null.
+   */
+  async insertLease(unit: Unit, lease: NewLease, claimedBy: { worker: string; until: DateTime } | null): Promise<LeaseRow | null> {
+    const p = new Params();
+    const now = p.add(toDb(unit.now));
+    const text = `
+      WITH l AS (
+        INSERT INTO ${this.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key, created_at, status_changed_at)
+        VALUES (${p.add(lease.id)}, ${p.add(lease.type)}, 'pending', ${p.add(JSON.stringify(lease.attributes))}::jsonb, ${p.add(lease.blueprints)}::text[], ${p.add(lease.owner)},
+                ${p.add(lease.priority)}::integer, ${p.add(toDb(lease.expiresAt))}::timestamptz, ${p.add(toDb(lease.deadlineAt))}::timestamptz,
+                ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, ${now}, ${now})
+        ON CONFLICT (id) DO NOTHING
+        RETURNING *
+      ), w AS (
+        INSERT INTO ${this.s}.work_items (object_kind, object_id, run_at, priority, seq, claimed_by, claim_expires_at)
+        SELECT 'lease', l.id, ${now}, l.priority, l.seq, ${p.add(claimedBy?.worker ?? null)}, ${p.add(toDb(claimedBy?.until))}::timestamptz FROM l
+        RETURNING 1
+      ), lg AS (${this.logsFrom('l', [{ type: 'lease.queued', data: { type: lease.type, owner: lease.owner, priority: lease.priority }, lease: lease.id }], p, now, false)})
+      SELECT l.*, false AS has_commands, (SELECT json_agg(lg ORDER BY lg.id) FROM lg) AS written_logs, (SELECT count(*) FROM w) AS work
+      FROM l`;
+    const [r] = await unit.sql.query(text, p.values);
+    if (!r) return null;
+    unit.events.push({ kind: 'lease', id: lease.id, from: null, to: 'pending' });
+    unit.logs.push(...(r.written_logs ?? []));
+    // Claimed by this broker's workers, the item is theirs: no worker anywhere needs a wake.
+    if (!claimedBy) unit.woke = true;
+    return mapLease(r);
+  }
+
+  /**
+   * One statement: a command to an object that is not destroyed, and a wake (or a new
+   * work item) for the object's worker. Returns the object's status, or null if there is
+   * no such object; on `destroyed` nothing is written.
+   */
+  async writeCommand(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject, author: string | null): Promise<string | null> {
+    const p = new Params();
+    const now = p.add(toDb(unit.now));
+    const table = kind === 'lease' ? 'leases' : 'resources';
+    const text = `
+      WITH t AS (SELECT status FROM ${this.s}.${table} WHERE id = ${p.add(id)}),
+      c AS (
+        INSERT INTO ${this.s}.commands (target_kind, target_id, command, data, author, created_at)
+        SELECT ${p.add(kind)}, ${p.add(id)}, ${p.add(command)}, ${p.add(JSON.stringify(data))}::jsonb, ${p.add(author)}, ${now}
+        FROM t WHERE t.status <> 'destroyed'
+        RETURNING target_kind, target_id
+      ), w AS (${this.sql.ensureWorkFrom('c', now)})
+      SELECT (SELECT status FROM t) AS status, (SELECT count(*) FROM c)::int AS written`;
+    const [r] = await unit.sql.query(text, p.values);
+    if (r?.written > 0) unit.woke = true;
+    return r?.status ?? null;
   }
 
   /** Updates columns of an object whose status must still be `status` (the single writer's own bookkeeping). */
   async update(unit: Unit, kind: ObjectKind, id: string, status: string, sets: Sets): Promise<boolean> {
-    const { clause, values } = setClause(sets, 3);
+    const p = new Params();
+    const where = `WHERE id = ${p.add(id)} AND status = ${p.add(status)}`;
     const table = kind === 'lease' ? 'leases' : 'resources';
-    return (await unit.sql.execute(`UPDATE ${this.s}.${table} SET ${clause.slice(2)} WHERE id = $1 AND status = $2`, [id, status, ...values])) > 0;
+    return (await unit.sql.execute(`UPDATE ${this.s}.${table} SET ${setClause(sets, p).slice(2)} ${where}`, p.values)) > 0;
   }
 
   async log<T extends string>(unit: Unit, entry: LogInsert<T>): Promise<number> {
@@ -257,9 +586,23 @@ export class Store {
     unit.woke = true;
   }
 
-  /** Hands a freed-capacity wake to the best-ranked waiting lease that may use these blueprints. */
-  async wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: { priority: number; seq: number }): Promise<string | null> {
-    const rows = await unit.sql.query(this.sql.wakeNextWaiting, [types, blueprints, toDb(unit.now), after?.seq ?? null, after?.priority ?? null]);
+  /**
+   * Hands a freed-capacity wake to the best-ranked waiting lease that may use these
+   * blueprints. `after` passes a wake on down the queue: to leases ranked after the one
+   * that could not use it, and only to those that ask for something else (type,
+   * attributes, blueprints), since a lease that asks for the same would be refused the same.
+   */
+  async wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints'>): Promise<string | null> {
+    const rows = await unit.sql.query(this.sql.wakeNextWaiting, [
+      types,
+      blueprints,
+      toDb(unit.now),
+      after?.seq ?? null,
+      after?.priority ?? null,
+      after ? after.type : null,
+      after ? JSON.stringify(after.attributes) : null,
+      after?.blueprints ?? null,
+    ]);
     if (rows[0]) unit.woke = true;
     return rows[0]?.object_id ?? null;
   }
@@ -272,24 +615,15 @@ export class Store {
   async handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null> {
     const next = await this.wakeNextWaiting(unit, [type], [blueprint]);
     if (!next) return null;
-    const reserved = await unit.sql.execute(
-      `UPDATE ${this.s}.resources SET reserved_for = $2 WHERE id = $1 AND status = 'active' AND reserved_for IS NULL`,
-      [resourceId, next],
-    );
-    if (reserved > 0) {
-      const pointed = await unit.sql.execute(`UPDATE ${this.s}.leases SET allocating_resource_id = $2 WHERE id = $1 AND status = 'pending' AND allocating_resource_id IS NULL`, [next, resourceId]);
-      if (pointed === 0) await unit.sql.execute(`UPDATE ${this.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2`, [resourceId, next]);
-    }
+    await unit.sql.query(this.sql.reserveFor, [resourceId, next]);
     return next;
   }
 
-  /** Bookkeeping when a lease stops being live: a reservation it held frees its resource for the next waiter, and its resource looks again. */
-  async leaseLeftLive(unit: Unit, lease: LeaseRow): Promise<void> {
-    if (lease.allocatingResourceId) {
-      const freed = await unit.sql.query(`UPDATE ${this.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2 RETURNING type, blueprint`, [lease.allocatingResourceId, lease.id]);
-      if (freed[0]) await this.wakeNextWaiting(unit, [freed[0].type], [freed[0].blueprint]);
-    }
-    if (lease.resourceId) await this.wake(unit, 'resource', [lease.resourceId]);
+  /** A reservation held by a lease that stops waiting frees its resource for the next waiter. */
+  async dropReservation(unit: Unit, lease: Pick<LeaseRow, 'id' | 'allocatingResourceId'>): Promise<void> {
+    if (!lease.allocatingResourceId) return;
+    const freed = await unit.sql.query(`UPDATE ${this.s}.resources SET reserved_for = NULL WHERE id = $1 AND reserved_for = $2 RETURNING type, blueprint`, [lease.allocatingResourceId, lease.id]);
+    if (freed[0]) await this.wakeNextWaiting(unit, [freed[0].type], [freed[0].blueprint]);
   }
 
   async command(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject = {}, author: string | null = null): Promise<void> {
@@ -306,10 +640,8 @@ export class Store {
   /** Takes every key or none: on a conflict the caller's transaction must roll back. */
   async lockSlots(unit: Unit, kind: ObjectKind, id: string, keys: string[]): Promise<void> {
     if (keys.length === 0) return;
-    await unit.sql.query(this.sql.lockSlots, [keys, kind, id, toDb(unit.now)]);
-    const holders = await unit.sql.query(this.sql.slotHolders, [keys]);
-    const foreign = holders.filter((h) => h.holder_kind !== kind || h.holder_id !== id).map((h) => h.key as string);
-    if (foreign.length > 0) throw new SlotLockConflictError(foreign);
+    const conflicts = await unit.sql.query<{ key: string }>(this.sql.lockSlots, [[...new Set(keys)], kind, id, toDb(unit.now)]);
+    if (conflicts.length > 0) throw new SlotLockConflictError(conflicts.map((c) => c.key));
   }
 
   async releaseSlots(unit: Unit, kind: ObjectKind, id: string): Promise<void> {
@@ -317,15 +649,13 @@ export class Store {
   }
 }
 
-function setClause(sets: Sets, firstParam: number): { clause: string; values: unknown[] } {
-  const values: unknown[] = [];
+function setClause(sets: Sets, p: Params): string {
   let clause = '';
   for (const [column, value] of Object.entries(sets)) {
-    values.push(value && typeof value === 'object' && !Array.isArray(value) && !('toISO' in value) ? JSON.stringify(value) : isDateTime(value) ? toDb(value) : value);
-    const cast = column === 'attributes' ? '::jsonb' : '';
-    clause += `, ${column} = $${firstParam + values.length - 1}${cast}`;
+    const v = value && typeof value === 'object' && !Array.isArray(value) && !isDateTime(value) ? JSON.stringify(value) : isDateTime(value) ? toDb(value) : value;
+    clause += `, ${column} = ${p.add(v)}${column === 'attributes' ? '::jsonb' : ''}`;
   }
-  return { clause, values };
+  return clause;
 }
 
 function isDateTime(value: unknown): value is DateTime {

@@ -30,7 +30,7 @@ export interface FakeBlueprintOptions {
   /** Per-hook timeouts, as in the blueprint options. */
   timeouts?: HookTimeouts;
   enabled?: boolean;
-  /** One lease per resource at a time (a slot lock per resource). @defaultValue false */
+  /** One lease per resource at a time (a slot lock per resource, and `limits.maxLeasesPerResource` 1 unless given). @defaultValue false */
   exclusive?: boolean;
   /** Milliseconds each hook waits before it answers (real time, so keep them small). */
   delays?: Partial<Record<FakeHook, number>>;
@@ -130,6 +130,7 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
       echo: (ctx) => ({ lease: ctx.lease.id, resource: ctx.resource.id }),
     },
   });
-  const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits: options.limits, enabled: options.enabled, timeouts: options.timeouts });
+  const limits = options.exclusive ? { maxLeasesPerResource: 1, ...options.limits } : options.limits;
+  const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits, enabled: options.enabled, timeouts: options.timeouts });
   return Object.assign(Object.create(null), blueprint, { calls, history, fail }) as FakeBlueprint;
 }
