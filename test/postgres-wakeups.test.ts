@@ -1,9 +1,8 @@
-import { existsSync } from 'node:fs';
 import { createBroker, type Broker, type BrokerOptions, type Logger } from '../lib/index.js';
 import { internals } from '../lib/broker.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
-import { startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
+import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
 
 guardBrokers();
@@ -62,10 +61,8 @@ describeOnPostgres('wake-ups across brokers (LISTEN/NOTIFY)', () => {
   }, 60_000);
 });
 
-const canRestart = existsSync(`${process.env.SLIPWAY_PG_BIN ?? '/usr/lib/postgresql/15/bin'}/initdb`);
-
 // A server restart in the middle of a run: this test needs a cluster of its own to restart.
-(canRestart ? describeOnPostgres : describe.skip)('a database outage in the middle of a run', () => {
+(canStartPostgres() ? describeOnPostgres : describe.skip)('a database outage in the middle of a run', () => {
   let pg: ThrowawayPostgres;
   beforeAll(async () => {
     pg = await startPostgres({ own: true });
