@@ -1,0 +1,138 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { createBroker, SchemaNotMigratedError, type Broker } from '../lib/index.js';
+import { internals } from '../lib/broker.js';
+import { MIGRATIONS } from '../lib/store/migrations/index.js';
+import { fakeBlueprint } from '../lib/testing/index.js';
+import { guardBrokers, track } from './helpers/broker.js';
+import { describeOnEmbedded, describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
+
+guardBrokers();
+
+/*
+ * The schema's migrations: run at start under an advisory lock, so that any number of
+ * brokers in any number of processes may start at once on an empty schema; and
+ * `database: { migrate: false }`, for a role without DDL rights, which runs no DDL and
+ * refuses a schema that is not migrated with a typed error instead of starting and
+ * failing on its first statement.
+ */
+
+const ALL_MIGRATIONS = MIGRATIONS.map((m) => ({ id: m.id, name: m.name }));
+
+/** A connection of the test's own, as the server's superuser (the tier's url). */
+async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: tierUrl!, application_name: 'migrations-test' });
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end();
+  }
+}
+
+const ledger = (schema: string) => admin(async (c) => (await c.query(`SELECT id, name FROM "${schema}".migrations ORDER BY id`)).rows);
+const schemaExists = (schema: string) => admin(async (c) => (await c.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [schema])).rowCount === 1);
+
+describeOnPostgres('database.migrate: false (Postgres)', () => {
+  test('on a migrated schema, as a role that may not run DDL: starts, serves a lease, leaves the ledger alone (the same role with migrate: true is refused)', async () => {
+    const schema = freshSchema();
+    await (track(await createBroker({ database: { url: tierUrl!, schema }, workers: false }))).close();
+    const role = `slipway_noddl_${process.pid}_${Date.now() % 100_000}`;
+    // Data rights only: no CREATE on the database (so no CREATE SCHEMA), and not the owner of the
+    // schema or its tables (so no CREATE TABLE, CREATE INDEX, ALTER or DROP there). Any DDL fails.
+    await admin(async (c) => {
+      await c.query(`CREATE ROLE ${role} LOGIN PASSWORD 'noddl'`);
+      await c.query(`GRANT USAGE ON SCHEMA "${schema}" TO ${role}`);
+      await c.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "${schema}" TO ${role}`);
+      await c.query(`GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "${schema}" TO ${role}`);
+    });
+    const url = new URL(tierUrl!);
+    url.username = role;
+    url.password = 'noddl';
+    const brokers: Broker[] = [];
+    try {
+      // The control: what migrate: true runs on start (even with nothing left to apply) is DDL this role may not run.
+      await expect(createBroker({ database: { url: url.href, schema } })).rejects.toThrow(/permission denied/);
+
+      const broker = track(await createBroker({ database: { url: url.href, schema, migrate: false }, blueprints: [fakeBlueprint({ name: 'f' })], sweepInterval: { milliseconds: 100 } }));
+      brokers.push(broker);
+      const lease = await broker.acquire({ type: 'fake', timeout: { seconds: 20 } });
+      expect(lease.resource.id).toMatch(/^res_/);
+      await lease.release();
+      const [row] = await admin(async (c) => (await c.query(`SELECT status FROM "${schema}".leases WHERE id = $1`, [lease.id])).rows);
+      expect(row.status).toBe('destroyed');
+      expect(await ledger(schema)).toEqual(ALL_MIGRATIONS);
+    } finally {
+      for (const b of brokers) await b.close();
+      await admin(async (c) => {
+        await c.query(`DROP OWNED BY ${role}`);
+        await c.query(`DROP ROLE ${role}`);
+      });
+    }
+  }, 60_000);
+
+  test('on a missing schema: SchemaNotMigratedError (SCHEMA_NOT_MIGRATED) naming the schema, and nothing is created', async () => {
+    const schema = freshSchema('missing');
+    const failure = await createBroker({ database: { url: tierUrl!, schema, migrate: false } }).then(
+      (b) => track(b),
+      (e: unknown) => e,
+    );
+    expect(failure).toBeInstanceOf(SchemaNotMigratedError);
+    const error = failure as SchemaNotMigratedError;
+    expect(error.code).toBe('SCHEMA_NOT_MIGRATED');
+    expect(error.schema).toBe(schema);
+    expect(error.missing).toEqual(ALL_MIGRATIONS.map((m) => m.id));
+    expect(error.message).toBe(
+      `database.migrate is false and schema "${schema}" does not exist; start one broker with migrate: true (the default) on this schema first, with a role that may create it`,
+    );
+    expect(await schemaExists(schema)).toBe(false);
+  }, 30_000);
+
+  test('on a schema whose ledger lacks a migration, and on a schema slipway never migrated: the error says which', async () => {
+    const behind = freshSchema('behind');
+    await (track(await createBroker({ database: { url: tierUrl!, schema: behind }, workers: false }))).close();
+    const last = ALL_MIGRATIONS[ALL_MIGRATIONS.length - 1];
+    await admin((c) => c.query(`DELETE FROM "${behind}".migrations WHERE id = $1`, [last.id]));
+    await expect(createBroker({ database: { url: tierUrl!, schema: behind, migrate: false } })).rejects.toMatchObject({
+      code: 'SCHEMA_NOT_MIGRATED',
+      missing: [last.id],
+      message: expect.stringContaining(`schema "${behind}" lacks migration ${last.id} (${last.name})`),
+    });
+
+    const foreign = freshSchema('foreign');
+    await admin((c) => c.query(`CREATE SCHEMA "${foreign}"`));
+    await expect(createBroker({ database: { url: tierUrl!, schema: foreign, migrate: false } })).rejects.toMatchObject({
+      code: 'SCHEMA_NOT_MIGRATED',
+      message: expect.stringContaining(`schema "${foreign}" exists but has no migrations table`),
+    });
+  }, 30_000);
+});
+
+describeOnEmbedded('database.migrate: false (embedded)', () => {
+  let dir: string;
+  beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'slipway-migrate-'))));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('a migrated dataDir opens and serves a lease; another schema of it is refused with SchemaNotMigratedError', async () => {
+    const dataDir = join(dir, 'data');
+    await (track(await createBroker({ database: { embedded: true, dataDir }, workers: false }))).close();
+    const broker = track(await createBroker({ database: { embedded: true, dataDir, migrate: false }, blueprints: [fakeBlueprint({ name: 'f' })] }));
+    const lease = await broker.acquire({ type: 'fake', timeout: { seconds: 20 } });
+    await lease.release();
+    await broker.close();
+
+    await expect(createBroker({ database: { embedded: true, dataDir, schema: 'elsewhere', migrate: false } })).rejects.toMatchObject({
+      name: 'SchemaNotMigratedError',
+      code: 'SCHEMA_NOT_MIGRATED',
+      schema: 'elsewhere',
+      message: expect.stringContaining('schema "elsewhere" does not exist'),
+    });
+    // Refused before anything was written: the schema is still not there for a broker that migrates.
+    const again = track(await createBroker({ database: { embedded: true, dataDir }, workers: false }));
+    const { db } = internals.get(again)!;
+    expect(await db.query(`SELECT nspname FROM pg_namespace WHERE nspname = 'elsewhere'`)).toEqual([]);
+    await again.close();
+  }, 60_000);
+});
