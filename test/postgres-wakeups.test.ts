@@ -1,9 +1,8 @@
-import { existsSync } from 'node:fs';
 import { createBroker, type Broker, type BrokerOptions, type Logger } from '../lib/index.js';
 import { internals } from '../lib/broker.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
-import { startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
+import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
 
 guardBrokers();
@@ -62,10 +61,8 @@ describeOnPostgres('wake-ups across brokers (LISTEN/NOTIFY)', () => {
   }, 60_000);
 });
 
-const canRestart = existsSync(`${process.env.SLIPWAY_PG_BIN ?? '/usr/lib/postgresql/15/bin'}/initdb`);
-
 // A server restart in the middle of a run: this test needs a cluster of its own to restart.
-(canRestart ? describeOnPostgres : describe.skip)('a database outage in the middle of a run', () => {
+(canStartPostgres() ? describeOnPostgres : describe.skip)('a database outage in the middle of a run', () => {
   let pg: ThrowawayPostgres;
   beforeAll(async () => {
     pg = await startPostgres({ own: true });
@@ -127,4 +124,64 @@ const canRestart = existsSync(`${process.env.SLIPWAY_PG_BIN ?? '/usr/lib/postgre
     await a.close();
     await b.close();
   }, 180_000);
+
+  test('a hook in flight across the restart finishes once, never resumed, and its outcome is recorded when the server is back', async () => {
+    const schema = freshSchema();
+    const loggers = [recordingLogger(), recordingLogger()];
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    // The same blueprint in both brokers; whichever claims the resource runs its activateResource, which waits for the gate.
+    const blueprints = [0, 1].map(() => fakeBlueprint({ name: 'gated', gates: { activateResource: () => gate } }));
+    const [a, b] = await Promise.all(
+      [0, 1].map(async (i) =>
+        track(
+          await createBroker({
+            database: { url: pg.url, schema, reconnectTimeout: { seconds: 60 } },
+            blueprints: [blueprints[i]],
+            // Far longer than the outage: the claim must stay with the broker whose hook is running.
+            claimTtl: { seconds: 10 },
+            sweepInterval: { milliseconds: 200 },
+            logger: loggers[i],
+          }),
+        ),
+      ),
+    );
+    const calls = () => blueprints.flatMap((bp) => bp.history).filter((h) => h.hook === 'activateResource');
+    const acquiring = a.acquire({ type: 'fake', timeout: { minutes: 1 } });
+    acquiring.catch(() => undefined);
+    const deadline = Date.now() + 20_000;
+    while (calls().length === 0) {
+      if (Date.now() > deadline) throw new Error('activateResource never started');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const resource = calls()[0].id;
+    const s = `"${schema}"`;
+    // Provably in flight: the intent is recorded (phase activate) and the resource is not active.
+    const [before] = await internals.get(a)!.db.query(`SELECT status, phase FROM ${s}.resources WHERE id = $1`, [resource]);
+    expect(before).toEqual({ status: 'pending', phase: 'activate' });
+
+    let openedWhileDown = false;
+    await pg.restart(1_500, () => {
+      // The server has exited: the hook returns now and its outcome has nowhere to go for 1.5 s.
+      openedWhileDown = true;
+      open();
+    });
+    expect(openedWhileDown).toBe(true);
+
+    const lease = await acquiring;
+    expect(lease.resource.id).toBe(resource);
+    expect(calls()).toEqual([{ hook: 'activateResource', id: resource, resume: false }]);
+    const { db } = internals.get(b)!;
+    const [after] = await db.query(`SELECT status, phase FROM ${s}.resources WHERE id = $1`, [resource]);
+    expect(after).toEqual({ status: 'active', phase: null });
+    const logged = (await db.query(`SELECT type FROM ${s}.logs WHERE resource_id = $1 AND type IN ('resource.activated', 'resource.resume') ORDER BY id`, [resource])).map((r) => r.type);
+    expect(logged).toEqual(['resource.activated']);
+    // The brokers saw the outage (on their pool) and its end.
+    expect(loggers.flatMap((l) => l.messages)).toEqual(expect.arrayContaining(['slipway: the database is unreachable; retrying', 'slipway: the database answers again']));
+    expect(blueprints.reduce((n, bp) => n + bp.calls.activateLease, 0)).toBe(1);
+    await lease.release();
+    expect(await counts(a)).toMatchObject({ leases: 1, live_leases: 0, unconsumed: 0, lease_work: 0, slot_locks: 0 });
+    await a.close();
+    await b.close();
+  }, 90_000);
 });

@@ -4,10 +4,9 @@ import type { Broker, DatabaseOptions } from '../../lib/index.js';
 // The in-memory embedded database has no door but the broker's own handle; the test
 // suite reaches it the same way (see lib/broker.ts `internals`). Used only to seed rows.
 import { internals } from '../../lib/broker.js';
-import { startPostgres, type ThrowawayPostgres } from '../../test/helpers/postgres.js';
+import { postgresBin, startPostgres, type ThrowawayPostgres } from '../../test/helpers/postgres.js';
 import type { TierName } from './config.js';
 
-const BIN = process.env.SLIPWAY_PG_BIN ?? '/usr/lib/postgresql/15/bin';
 
 /** Statements outside the broker: seeding rows, EXPLAIN ANALYZE of the hot statements. */
 export interface RawSql {
@@ -74,7 +73,7 @@ export async function openTier(name: TierName): Promise<Tier> {
   return postgresTier(cluster.url, {
     driver: 'pg via TypeORM, throwaway local cluster on loopback',
     settings: Object.fromEntries(settings.rows.map((r) => [r.name, r.setting])),
-    pgBin: BIN,
+    pgBin: postgresBin(),
   }, () => cluster.stop());
 }
 
@@ -124,5 +123,7 @@ export function packageVersion(name: string): string {
 }
 
 export function pgBin(cmd: string): string {
-  return `${BIN}/${cmd}`;
+  const dir = postgresBin();
+  if (!dir) throw new Error(`bench: ${cmd} needs the PostgreSQL server binaries (initdb on PATH, /usr/lib/postgresql/<version>/bin or SLIPWAY_PG_BIN)`);
+  return `${dir}/${cmd}`;
 }

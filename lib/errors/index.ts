@@ -12,3 +12,4 @@ export { BrokerClosedError } from './broker-closed-error.js';
 export { HookError, describeThrown } from './hook-error.js';
 export { RetryLater } from './retry-later.js';
 export { HookTimeoutError } from './hook-timeout-error.js';
+export { SchemaNotMigratedError } from './schema-not-migrated-error.js';

@@ -1,3 +1,4 @@
+import { SchemaNotMigratedError } from '../errors/schema-not-migrated-error.js';
 import type { Db } from './db.js';
 import { MIGRATIONS } from './migrations/index.js';
 import { quoteIdent } from './sql.js';
@@ -25,4 +26,24 @@ export async function migrate(db: Db): Promise<number[]> {
     }
     return applied;
   });
+}
+
+/**
+ * For `migrate: false`: checks, without writing or locking anything, that the schema exists
+ * and its ledger holds every migration of this version. Otherwise the broker would start and
+ * fail later, on its first statement, with a bare "relation does not exist".
+ */
+export async function checkMigrated(db: Db): Promise<void> {
+  const [found] = await db.query<{ schema: boolean; ledger: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS schema, to_regclass($2) IS NOT NULL AS ledger`,
+    [db.schema, `${quoteIdent(db.schema)}.migrations`],
+  );
+  const all = MIGRATIONS.map((m) => m.id);
+  if (!found.schema) throw new SchemaNotMigratedError(db.schema, 'does not exist', all);
+  if (!found.ledger) throw new SchemaNotMigratedError(db.schema, 'exists but has no migrations table (slipway never migrated it)', all);
+  const done = new Set((await db.query<{ id: number }>(`SELECT id FROM ${quoteIdent(db.schema)}.migrations`)).map((r) => Number(r.id)));
+  const missing = MIGRATIONS.filter((m) => !done.has(m.id));
+  if (missing.length > 0) {
+    throw new SchemaNotMigratedError(db.schema, `lacks migration${missing.length > 1 ? 's' : ''} ${missing.map((m) => `${m.id} (${m.name})`).join(', ')}`, missing.map((m) => m.id));
+  }
 }

@@ -6,7 +6,7 @@ import { ValidationError } from '../errors/validation-error.js';
 import { parseDuration, type DurationInput } from '../time.js';
 import { createDb, type Db, type DbOptions } from './db.js';
 import { pgliteDriver } from './embedded-driver.js';
-import { migrate } from './migrate.js';
+import { checkMigrated, migrate } from './migrate.js';
 import { quoteIdent } from './sql.js';
 
 export type DatabaseOptions =
@@ -140,7 +140,7 @@ function migratedTemplate(schema: string): Promise<Blob> {
   return template;
 }
 
-/** Opens the database and brings its schema up to date. Every embedded broker gets its own PGlite instance. */
+/** Opens the database and brings its schema up to date (with `migrate: false`, checks that it is). Every embedded broker gets its own PGlite instance. */
 export async function openDatabase(options: DatabaseOptions, onOutage?: DbOptions['onOutage']): Promise<Db> {
   const schema = options.schema ?? 'slipway';
   let db: Db;
@@ -166,13 +166,12 @@ export async function openDatabase(options: DatabaseOptions, onOutage?: DbOption
         : await PGlite.create({ loadDataDir: await migratedTemplate(schema) });
     db = await embeddedDb(pglite, schema);
   }
-  if (options.migrate !== false) {
-    try {
-      await migrate(db);
-    } catch (error) {
-      await db.close();
-      throw error;
-    }
+  try {
+    if (options.migrate === false) await checkMigrated(db);
+    else await migrate(db);
+  } catch (error) {
+    await db.close();
+    throw error;
   }
   return db;
 }
