@@ -59,11 +59,11 @@
  *   about a quarter of the runs, and shrinking tries 1 first) and an idSeed from which the
  *   run's lease and resource ids are derived (the library breaks ties between resources
  *   built at one clock instant by id); steps pick a resource by allocation order, not by
- *   id. With one worker a run on the embedded tier is then a function of its scenario: the
- *   "replaying a scenario" test runs a recorded scenario twice and compares every status
- *   transition, fault hit and trace line. With 4 workers, or on Postgres (a pool of
- *   connections), hooks and units of work interleave by timing, so a replay is likely but
- *   not certain to take the same path.
+ *   id. With one worker a run is then a function of its scenario: the "replaying a
+ *   scenario" test runs a recorded scenario twice, on each tier, and compares every status
+ *   transition, fault hit and trace line. With 4 workers, hooks and units of work
+ *   interleave by timing (on Postgres also across pooled connections), so a replay is
+ *   likely but not certain to take the same path.
  *
  * Environment: SLIPWAY_MODEL_RUNS (default 200 embedded, 100 postgres), SLIPWAY_MODEL_STEPS
  * (default 40), SLIPWAY_MODEL_SEED and SLIPWAY_MODEL_PATH to replay the failure that
@@ -80,8 +80,8 @@
  *    fast-check's report has the same scenario as its counterexample, and
  *    "seed: S, path: P": SLIPWAY_MODEL_SEED=S SLIPWAY_MODEL_PATH=P runs that exact case
  *    (SLIPWAY_MODEL_STEPS must match the failing run's).
- * 2. If the shrunk scenario has "concurrency": 1, the replay takes the same path every time
- *    on embedded. If it has 4 and the replay passes, run it a few times, or try it with
+ * 2. If the shrunk scenario has "concurrency": 1, the replay takes the same path every
+ *    time. If it has 4 and the replay passes, run it a few times, or try it with
  *    SLIPWAY_MODEL_CONCURRENCY=1: a failure that needs two workers at once is a race.
  * 3. SLIPWAY_MODEL_VERBOSE=1 prints the steps as they run; the failure message lists the
  *    trace (each step, each fault hit) and the rows at the failing check.
@@ -158,8 +158,8 @@ interface Config {
   exclusive: boolean;
   maxResources: number | null;
   /**
-   * Workers of the model broker: CONCURRENCY, or 1. With one worker a run on the embedded
-   * tier is a function of its scenario (the replay test below proves it), so a failure
+   * Workers of the model broker: CONCURRENCY, or 1. With one worker a run is a function of
+   * its scenario (the replay test below proves it), so a failure
    * that shrinks to concurrency 1 replays exactly. Absent in scenarios printed before it
    * existed: CONCURRENCY.
    */
