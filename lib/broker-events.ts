@@ -21,6 +21,9 @@ export interface BrokerEvents {
   log: LogEntry;
 }
 
+/** The events `broker.on()` accepts. */
+export const BROKER_EVENTS = ['lease', 'resource', 'log'] as const satisfies ReadonlyArray<keyof BrokerEvents>;
+
 /** In-process, after-commit announcements. Hints for listeners, never the source of truth. */
 export class BrokerEventBus {
   private readonly emitter = new EventEmitter({ captureRejections: false });

@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import { Duration, type DateTime } from 'luxon';
 import { defineBlueprintCheck } from './blueprint/registry.js';
 import type { Blueprint } from './blueprint/contract.js';
-import { BrokerEventBus, type BrokerEvents } from './broker-events.js';
+import { BROKER_EVENTS, BrokerEventBus, type BrokerEvents } from './broker-events.js';
 import { systemClock, type Clock } from './clock.js';
 import { crashPoint } from './engine/crash-points.js';
 import { acquireAtOnce } from './engine/allocator.js';
@@ -19,6 +19,7 @@ import { NotFoundError } from './errors/not-found-error.js';
 import { UnknownTypeError } from './errors/unknown-type-error.js';
 import { ValidationError } from './errors/validation-error.js';
 import { renderLog, type LogEntry } from './logs/log-types.js';
+import { checkCommandOptions, checkFilter, checkOptions, checkSubscription, checkText, optionalBoolean, optionalSignal } from './model/call-arguments.js';
 import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from './model/lease.js';
 import { normalizeSpec, type LeaseSpec, type NormalizedSpec } from './model/spec.js';
 import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATUSES, type LeaseStatus, type ResourceStatus } from './model/states.js';
@@ -375,10 +376,11 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       expiresAt: row.expiresAt,
       resource: { id: resource.id, type: resource.type, blueprint: resource.blueprint, attributes: resource.attributes },
       interface(name: string): any {
-        const factory = blueprint?.implementation.interfaces?.[name];
+        const offers = blueprint?.implementation.interfaces ?? {};
+        // Own names only: `constructor` or `__proto__` must not find Object's.
+        const factory = typeof name === 'string' && Object.hasOwn(offers, name) ? offers[name] : undefined;
         if (!factory) {
-          const offered = Object.keys(blueprint?.implementation.interfaces ?? {});
-          throw new ValidationError('interface', `blueprint ${resource.blueprint} offers no "${name}" interface (it offers: ${offered.join(', ') || 'none'})`);
+          throw new ValidationError('interface', `blueprint ${resource.blueprint} offers no "${String(name)}" interface (it offers: ${Object.keys(offers).join(', ') || 'none'})`);
         }
         return factory({ ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false), lease: leaseView(row), resource: resourceView(resource) });
       },
@@ -484,6 +486,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
 
   async function whenActive(id: string, opts: { timeout?: DurationInput; signal?: AbortSignal; justRequested?: boolean } = {}): Promise<Lease> {
     const timeout = opts.timeout === undefined ? undefined : parseDuration(opts.timeout, 'timeout');
+    optionalSignal(opts.signal, 'signal');
     const giveUp = () => void writeCommand('lease', id, 'release', { reason: 'not active in time' }, 'acquire').catch(() => undefined);
     const row = await watchLease<LeaseWithResource, LeaseWithResource>(
       id,
@@ -508,15 +511,16 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     return leaseObject(row, row.resource);
   }
 
-  async function releaseAndWait(id: string, opts: { wait?: boolean } = {}): Promise<void> {
+  async function releaseAndWait(id: string, opts?: { wait?: boolean }): Promise<void> {
+    const wait = optionalBoolean(checkOptions(opts, ['wait'], { call: 'release' }).wait, 'wait');
     await writeCommand('lease', id, 'release', { reason: 'released by its holder' }, 'holder');
-    if (opts.wait === false) return;
+    if (wait === false) return;
     await watchLease(id, (l) => (l.status === 'destroyed' ? { value: undefined } : null), { decisive: DESTROYED, fromEvent: (e) => (e.row as LeaseRow | undefined) ?? null });
   }
 
   /** Records a lease request; the caller watches it. */
   async function request(spec: LeaseSpec, atOnce = false) {
-    const normalized = normalizeSpec(spec);
+    const normalized = normalizeSpec(spec, { now: clock.now() });
     // No acquire timeout and no abort signal: hooks run inline cannot honour either.
     const row = await insertLease(normalized, {}, atOnce && !normalized.timeout && !normalized.signal);
     crashPoint('acquire.recorded');
@@ -528,7 +532,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     const { id, activeOptions } = await request(spec);
     return {
       id,
-      whenActive: (opts = {}) => whenActive(id, activeOptions(opts)),
+      whenActive: async (options) => whenActive(id, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal })),
       status: async () => (await store.lease(id))!.status,
       release: (opts) => releaseAndWait(id, opts),
       [Symbol.asyncDispose]: () => releaseAndWait(id),
@@ -559,16 +563,37 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       return whenActive(id, { ...activeOptions({}), justRequested: true });
     },
     requestLease,
-    release: (id, o = {}) => writeCommand('lease', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null),
-    releaseResource: (id, o = {}) => writeCommand('resource', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null),
-    reclaimResource: (id, o = {}) => writeCommand('resource', id, 'reclaim', {}, o.author ?? null),
-    breakResource: (id, reason, o = {}) => writeCommand('resource', id, 'break', { reason: String(reason) }, o.author ?? null),
+    // Arguments are checked here, in order, before writeCommand reads or writes anything.
+    async release(id, options) {
+      checkText(id, 'leaseId');
+      const o = checkCommandOptions(options, 'release', ['reason', 'author']);
+      return writeCommand('lease', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null);
+    },
+    async releaseResource(id, options) {
+      checkText(id, 'resourceId');
+      const o = checkCommandOptions(options, 'releaseResource', ['reason', 'author']);
+      return writeCommand('resource', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null);
+    },
+    async reclaimResource(id, options) {
+      checkText(id, 'resourceId');
+      const o = checkCommandOptions(options, 'reclaimResource', ['author']);
+      return writeCommand('resource', id, 'reclaim', {}, o.author ?? null);
+    },
+    async breakResource(id, reason, options) {
+      checkText(id, 'resourceId');
+      // The reason is what the broken leases report: a missing one must not be recorded as "undefined".
+      checkText(reason, 'reason');
+      const o = checkCommandOptions(options, 'breakResource', ['author']);
+      return writeCommand('resource', id, 'break', { reason }, o.author ?? null);
+    },
     leases: {
       async get(id) {
+        checkText(id, 'id');
         const row = await store.lease(id);
         return row ? publicLease(row) : null;
       },
-      async list(q = {}) {
+      async list(query) {
+        const q = checkFilter(query, { call: 'leases.list', field: 'query' }, ['type', 'owner', 'resource'], ['status']) as LeaseQuery;
         const statuses = statusFilter(q.status, LEASE_STATUSES, 'status');
         const rows = await db.query(
           `SELECT * FROM ${store.s}.leases WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR type = $2)
@@ -580,10 +605,12 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     },
     resources: {
       async get(id) {
+        checkText(id, 'id');
         const row = await store.resource(id);
         return row ? publicResource(row) : null;
       },
-      async list(q = {}) {
+      async list(query) {
+        const q = checkFilter(query, { call: 'resources.list', field: 'query' }, ['type', 'blueprint'], ['status']) as ResourceQuery;
         const statuses = statusFilter(q.status, RESOURCE_STATUSES, 'status');
         const rows = await db.query(
           `SELECT * FROM ${store.s}.resources WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR type = $2)
@@ -593,7 +620,8 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         return rows.map((r) => publicResource(mapResource(r)));
       },
     },
-    async logs(filter = {}) {
+    async logs(options) {
+      const filter = checkFilter(options, { call: 'logs', field: 'filter' }, ['lease', 'resource', 'blueprint', 'type']);
       const rows = await db.query(
         `SELECT * FROM ${store.s}.logs WHERE ($1::text IS NULL OR lease_id = $1) AND ($2::text IS NULL OR resource_id = $2)
            AND ($3::text IS NULL OR blueprint = $3) AND ($4::text IS NULL OR type = $4) ORDER BY id`,
@@ -601,17 +629,20 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       );
       return rows.map(toLogEntry);
     },
-    on: (event, listener) => events.on(event, listener),
+    on(event, listener) {
+      checkSubscription(event, listener, BROKER_EVENTS);
+      return events.on(event, listener);
+    },
     stats: () => computeStats(store, clock.now(), blueprints),
-    async gc(o = {}) {
+    async gc(options) {
       if (closed) throw new BrokerClosedError();
-      if (o === null || typeof o !== 'object') throw new ValidationError('options', 'must be an object');
+      const o = checkOptions(options, ['olderThan'], { call: 'gc' }) as { olderThan?: DurationInput };
       const olderThan = o.olderThan === undefined ? retention : parseDuration(o.olderThan, 'olderThan');
       return collectGarbage(store, clock.now().minus(olderThan));
     },
-    async close(o = {}) {
+    async close(options) {
       // Refuse bad options before anything changes: a refused close leaves the broker as it was.
-      if (o === null || typeof o !== 'object' || Array.isArray(o)) throw new ValidationError('options', 'must be an object ({ grace? })');
+      const o = checkOptions(options, ['grace'], { call: 'close' }) as { grace?: DurationInput };
       const grace = o.grace === undefined ? closeGrace : parseDuration(o.grace, 'grace');
       if (closed) return;
       closed = true;

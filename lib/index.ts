@@ -3,7 +3,7 @@ export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, Lea
 export type { BrokerEvents, LeaseEvent, ResourceEvent } from './broker-events.js';
 export { defineBlueprint, defaultAllocationLimit } from './blueprint/define-blueprint.js';
 export type * from './blueprint/contract.js';
-export { HOOKS } from './blueprint/timeouts.js';
+export { HOOKS, MAX_HOOK_TIMEOUT } from './blueprint/timeouts.js';
 export type { HookName, HookTimeouts } from './blueprint/timeouts.js';
 export { systemClock } from './clock.js';
 export type { Clock } from './clock.js';

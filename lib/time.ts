@@ -13,13 +13,14 @@ export function parseDuration(value: unknown, field: string): Duration {
     if (Duration.isDuration(value)) duration = value;
     else if (typeof value === 'number') duration = Duration.fromMillis(value);
     else if (typeof value === 'string') duration = Duration.fromISO(value);
-    else if (value !== null && typeof value === 'object') duration = Duration.fromObject(value as Record<string, number>);
+    // Only a plain object is duration-like: a Date (or any class instance) has no own unit keys and would read as zero.
+    else if (isPlainObject(value)) duration = Duration.fromObject(value as Record<string, number>);
     else throw new Error('not a duration');
   } catch (error) {
-    throw new ValidationError(field, `is not a duration (${JSON.stringify(value) ?? String(value)})`, { cause: error });
+    throw new ValidationError(field, `is not a duration (got ${describeValue(value)}): give a luxon Duration, { minutes: 5 }, an ISO string like "PT5M" or milliseconds`, { cause: error });
   }
   if (!duration.isValid || !Number.isFinite(duration.toMillis())) {
-    throw new ValidationError(field, `is not a valid duration (${JSON.stringify(value) ?? String(value)})`);
+    throw new ValidationError(field, `is not a valid duration (got ${describeValue(value)})`);
   }
   if (duration.toMillis() < 0) throw new ValidationError(field, `must not be negative (${duration.toISO()})`);
   return duration;
@@ -30,9 +31,30 @@ export function parseDateTime(value: unknown, field: string): DateTime {
   if (DateTime.isDateTime(value)) at = value;
   else if (value instanceof Date) at = DateTime.fromJSDate(value);
   else if (typeof value === 'string') at = DateTime.fromISO(value);
-  else throw new ValidationError(field, `is not a date-time (${JSON.stringify(value) ?? String(value)})`);
-  if (!at.isValid) throw new ValidationError(field, `is not a valid date-time (${JSON.stringify(value)})`);
+  else throw new ValidationError(field, `is not a date-time (got ${describeValue(value)}): give a luxon DateTime, a Date or an ISO 8601 string`);
+  if (!at.isValid) throw new ValidationError(field, `is not a valid date-time (got ${describeValue(value)})`);
   return at.toUTC();
+}
+
+/** An object literal or `Object.create(null)`, from any realm (jest runs tests in a vm context). */
+function isPlainObject(value: unknown): value is object {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === null || Object.getPrototypeOf(proto) === null;
+}
+
+/** A value as an error message may show it: never throws (a BigInt, a cycle, a null-prototype object). */
+export function describeValue(value: unknown): string {
+  if (typeof value === 'bigint') return `the BigInt ${value}n`;
+  if (typeof value === 'symbol' || typeof value === 'function') return `a ${typeof value}`;
+  if (value !== null && typeof value === 'object' && !Array.isArray(value) && !isPlainObject(value)) {
+    return `a ${Object.getPrototypeOf(value)?.constructor?.name ?? 'class'} instance`;
+  }
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return Array.isArray(value) ? 'an array that is not JSON' : 'an object that is not JSON';
+  }
 }
 
 /** Postgres hands back Date objects for timestamptz; the engine works in luxon. */

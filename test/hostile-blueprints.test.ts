@@ -3,6 +3,7 @@ import {
   defineBlueprint,
   HookTimeoutError,
   LeaseBrokenError,
+  MAX_HOOK_TIMEOUT,
   type BlueprintImplementation,
   type BlueprintLimits,
   type Clock,
@@ -202,6 +203,30 @@ describe('hooks that never resolve are bounded by their timeouts', () => {
     expect(first.status).toBe('destroyed');
     expect(first.attributes).not.toHaveProperty('late');
     await expectNothingStuck(broker);
+    await broker.close();
+  });
+
+  test('the longest timeout a config may give (MAX_HOOK_TIMEOUT, 24 hours) still fires on time; anything longer, up to an overflowing 1e17 ms, is refused when the blueprint is configured', async () => {
+    expect(MAX_HOOK_TIMEOUT.toMillis()).toBe(24 * 60 * 60 * 1000);
+    for (const timeouts of [{ activateLease: MAX_HOOK_TIMEOUT.plus({ milliseconds: 1 }) }, { default: 1e17 }, { destroyResource: 'P7D' }]) {
+      const field = `timeouts.${Object.keys(timeouts)[0]}`;
+      expect(() => hostile('too-long', {}, { timeouts })).toThrow(expect.objectContaining({ code: 'INVALID_INPUT', field }));
+    }
+
+    const activate = hanging(1);
+    const bp = hostile('day', { activateLease: activate.fn }, { timeouts: { activateLease: MAX_HOOK_TIMEOUT } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const acquiring = broker.acquire({ type: 'hostile' }).catch((e: unknown) => e);
+    const idle = broker.runUntilIdle();
+    await activate.reached(1);
+    broker.clock.advance(MAX_HOOK_TIMEOUT.minus({ milliseconds: 1 }));
+    expect(activate.calls[0]!.signal.aborted).toBe(false);
+    broker.clock.advance({ milliseconds: 1 });
+    expect(activate.calls[0]!.signal.aborted).toBe(true);
+    await idle;
+    const error = await acquiring;
+    expect(error).toBeInstanceOf(LeaseBrokenError);
+    expect((error as Error).message).toMatch(/day\.activateLease failed: did not finish within 86400 seconds/);
     await broker.close();
   });
 

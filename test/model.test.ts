@@ -55,12 +55,38 @@
  *   only for runs with a reopen step, a copy of a migrated PGlite dataDir made once per
  *   file; on the postgres tier a fresh schema, reopened on the same schema.
  *
+ * - What makes a run repeatable: the scenario carries its worker concurrency (4, or 1 in
+ *   about a quarter of the runs, and shrinking tries 1 first) and an idSeed from which the
+ *   run's lease and resource ids are derived (the library breaks ties between resources
+ *   built at one clock instant by id); steps pick a resource by allocation order, not by
+ *   id. With one worker a run is then a function of its scenario: the "replaying a
+ *   scenario" test runs a recorded scenario twice, on each tier, and compares every status
+ *   transition, fault hit and trace line. With 4 workers, hooks and units of work
+ *   interleave by timing (on Postgres also across pooled connections), so a replay is
+ *   likely but not certain to take the same path.
+ *
  * Environment: SLIPWAY_MODEL_RUNS (default 200 embedded, 100 postgres), SLIPWAY_MODEL_STEPS
  * (default 40), SLIPWAY_MODEL_SEED and SLIPWAY_MODEL_PATH to replay the failure that
  * fast-check reports ("seed: ..., path: ..."); with a path, only that case runs.
  * SLIPWAY_MODEL_SCENARIO runs one scenario given as JSON (a counterexample as printed);
- * SLIPWAY_MODEL_VERBOSE=1 prints each run's steps and timings to stderr.
+ * SLIPWAY_MODEL_CONCURRENCY overrides the scenario's worker count; SLIPWAY_MODEL_VERBOSE=1
+ * prints each run's steps and timings to stderr.
+ *
+ * Replaying a failure:
+ *
+ * 1. The failing run's error ends with a ready command, on the tier it failed on:
+ *      SLIPWAY_TEST_TIERS=embedded SLIPWAY_MODEL_SCENARIO='{"config":...,"steps":[...]}' \
+ *        npm test -- test/model.test.ts -t model-based
+ *    fast-check's report has the same scenario as its counterexample, and
+ *    "seed: S, path: P": SLIPWAY_MODEL_SEED=S SLIPWAY_MODEL_PATH=P runs that exact case
+ *    (SLIPWAY_MODEL_STEPS must match the failing run's).
+ * 2. If the shrunk scenario has "concurrency": 1, the replay takes the same path every
+ *    time. If it has 4 and the replay passes, run it a few times, or try it with
+ *    SLIPWAY_MODEL_CONCURRENCY=1: a failure that needs two workers at once is a race.
+ * 3. SLIPWAY_MODEL_VERBOSE=1 prints the steps as they run; the failure message lists the
+ *    trace (each step, each fault hit) and the rows at the failing check.
  */
+import { createHash } from 'node:crypto';
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -73,6 +99,7 @@ import { HOOKS, type HookName } from '../lib/blueprint/timeouts.js';
 import { RetryLater } from '../lib/errors/retry-later.js';
 import { isLegalTransition, type ObjectKind } from '../lib/model/states.js';
 import type { DatabaseOptions } from '../lib/store/open.js';
+import { Store } from '../lib/store/store.js';
 import { createTestBroker, fakeBlueprint, ManualClock, type FakeBlueprint, type TestBroker } from '../lib/testing/index.js';
 import { fromDb, toDb } from '../lib/time.js';
 import { guardBrokers, testBroker } from './helpers/broker.js';
@@ -101,7 +128,10 @@ const PATH = process.env.SLIPWAY_MODEL_PATH || undefined;
 const SCENARIO = process.env.SLIPWAY_MODEL_SCENARIO ? (JSON.parse(process.env.SLIPWAY_MODEL_SCENARIO) as Scenario) : undefined;
 /** SLIPWAY_MODEL_VERBOSE=1 prints each run's trace and timings to stderr while it runs. */
 const VERBOSE = Boolean(process.env.SLIPWAY_MODEL_VERBOSE);
+/** SLIPWAY_MODEL_CONCURRENCY=1 overrides every scenario's worker concurrency (to see whether a failure also happens serially). */
+const CONCURRENCY_OVERRIDE = process.env.SLIPWAY_MODEL_CONCURRENCY ? envInt('SLIPWAY_MODEL_CONCURRENCY', 4) : undefined;
 
+/** Workers of the model broker in most runs; a quarter of the runs use one worker (see Config.concurrency). */
 const CONCURRENCY = 4;
 /** Every hook of the model's blueprint times out after this much broker-clock time. */
 const HOOK_TIMEOUT_MS = 20_000;
@@ -127,6 +157,15 @@ interface Config {
   /** One lease per resource (fakeBlueprint's slot lock per resource). */
   exclusive: boolean;
   maxResources: number | null;
+  /**
+   * Workers of the model broker: CONCURRENCY, or 1. With one worker a run is a function of
+   * its scenario (the replay test below proves it), so a failure
+   * that shrinks to concurrency 1 replays exactly. Absent in scenarios printed before it
+   * existed: CONCURRENCY.
+   */
+  concurrency?: number;
+  /** Seeds the ids of this run's leases and resources (random-looking, the same on every replay). Absent: 0. */
+  idSeed?: number;
 }
 interface Scenario {
   config: Config;
@@ -160,10 +199,17 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
   // ~17% of the runs have at least one; only those pay for a durable database (a dataDir copy, slower opens).
   { weight: 1, arbitrary: fc.constant({ do: 'reopen' as const }) },
 );
-const scenarioArb: fc.Arbitrary<Scenario> = fc.record({
-  config: fc.record({ exclusive: fc.boolean(), maxResources: fc.constantFrom(null, 1, 2, 3) }),
-  steps: fc.array(fc.option(stepArb, { nil: null, freq: 1000 }), { minLength: STEPS, maxLength: STEPS }),
+const scenarioOf = (steps: number): fc.Arbitrary<Scenario> => fc.record({
+  config: fc.record({
+    exclusive: fc.boolean(),
+    maxResources: fc.constantFrom(null, 1, 2, 3),
+    // Cross-shrinking tries one worker first: a failure that survives it replays deterministically.
+    concurrency: fc.oneof({ withCrossShrink: true }, { weight: 1, arbitrary: fc.constant(1) }, { weight: 3, arbitrary: fc.constant(CONCURRENCY) }),
+    idSeed: fc.nat({ max: 0xffff }),
+  }),
+  steps: fc.array(fc.option(stepArb, { nil: null, freq: 1000 }), { minLength: steps, maxLength: steps }),
 });
+const scenarioArb = scenarioOf(STEPS);
 
 // --- durable embedded databases: one migrated dataDir per file, copied per run ------------
 
@@ -188,6 +234,30 @@ async function freshDataDir(): Promise<string> {
 afterAll(() => {
   for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
 });
+
+// --- deterministic ids -------------------------------------------------------------------
+//
+// The library names leases and resources with random ids, and breaks ties by id where the
+// clock cannot (resources created in one step share created_at on the manual clock: which
+// one a lease takes, which idle one a reclaim picks). While a scenario runs, ids come from
+// its idSeed instead, so a replay makes the same choices. They still look random, so the
+// id order is not the creation order.
+
+let idSource: ((prefix: string) => string) | undefined;
+const randomNewId = Store.prototype.newId;
+beforeAll(() => {
+  Store.prototype.newId = function newId(this: Store, prefix) {
+    return idSource ? idSource(prefix) : randomNewId.call(this, prefix);
+  };
+});
+afterAll(() => {
+  Store.prototype.newId = randomNewId;
+});
+
+function seededIds(seed: number): (prefix: string) => string {
+  let n = 0;
+  return (prefix) => `${prefix}_${createHash('sha256').update(`${seed}:${n++}`).digest('hex').slice(0, 20)}`;
+}
 
 // --- the harness -------------------------------------------------------------------------
 
@@ -263,8 +333,16 @@ class ModelRun {
   private readonly replayed = new Map<string, { status: string; visited: Set<string> }>();
   private readonly activeHistory: number[] = [];
   last: Snapshot | undefined;
+  /** Resource id -> its place in allocation order (from the resource.allocating logs): how steps pick a resource, independent of ids. */
+  private readonly allocationOrder = new Map<string, number>();
+  /** Every status change, in log order (`from` null: a resource starting to allocate): what a replay must repeat. */
+  readonly transitions: Array<{ kind: string; id: string; from: string | null; to: string; resource: string | null }> = [];
+  readonly concurrency: number;
+  readonly newId: (prefix: string) => string;
 
   constructor(readonly config: Config) {
+    this.concurrency = CONCURRENCY_OVERRIDE ?? config.concurrency ?? CONCURRENCY;
+    this.newId = seededIds(config.idSeed ?? 0);
     const gates = Object.fromEntries(
       HOOKS.map((hook) => [
         hook,
@@ -335,7 +413,7 @@ class ModelRun {
   }
 
   async open() {
-    this.broker = await testBroker({ database: this.database, blueprints: [this.blueprint], clock: this.clock, gcInterval: false, workers: { concurrency: CONCURRENCY } });
+    this.broker = await testBroker({ database: this.database, blueprints: [this.blueprint], clock: this.clock, gcInterval: false, workers: { concurrency: this.concurrency } });
   }
 
   async start(withReopen: boolean) {
@@ -385,7 +463,7 @@ class ModelRun {
       }
       const inflight = engine.inflightKeys();
       // Every worker is held by a blocked hook: nothing else can run until the clock moves.
-      if (inflight.length >= CONCURRENCY) return;
+      if (inflight.length >= this.concurrency) return;
       const due = await db.query<{ key: string }>(
         `SELECT object_kind || ':' || object_id AS key FROM ${store.s}.work_items
          WHERE run_at IS NOT NULL AND run_at <= $1 AND (claimed_by IS NULL OR claim_expires_at < $1)`,
@@ -556,6 +634,8 @@ class ModelRun {
         const active = Math.max(activeNow, ...window);
         if (pending >= allocationLimit(active)) problems.push(`allocation limit exceeded: ${id} started while ${pending} resource(s) were allocating and ${active} active (limit ${allocationLimit(active)}) [log ${log.id}]`);
         this.replayed.set(`resource:${id}`, { status: 'pending', visited: new Set(['pending']) });
+        this.allocationOrder.set(id, this.allocationOrder.size);
+        this.transitions.push({ kind: 'resource', id, from: null, to: 'pending', resource: id });
         const nonDestroyed = live.filter(([, v]) => v.status !== 'destroyed').length + 1;
         if (config.maxResources !== null && nonDestroyed > config.maxResources) problems.push(`maxResources ${config.maxResources} exceeded: ${id} is resource number ${nonDestroyed} not destroyed [log ${log.id}]`);
       } else {
@@ -563,6 +643,7 @@ class ModelRun {
         const id = kind === 'lease' ? log.lease : log.resource;
         const key = `${kind}:${id}`;
         const { from, to } = log.data as { from: string; to: string };
+        this.transitions.push({ kind, id: id!, from, to, resource: log.resource });
         if (!isLegalTransition(kind, from, to)) problems.push(`illegal transition logged: ${key} ${from} -> ${to} [log ${log.id}]`);
         let entry = this.replayed.get(key);
         if (!entry) {
@@ -747,8 +828,10 @@ class ModelRun {
 
   // --- steps ---------------------------------------------------------------------------------
 
-  private live<T extends { id: string; status: string }>(rows: T[] | undefined, n: number): T | undefined {
+  /** The n-th (modulo) object not destroyed: leases in request order (seq), resources in allocation order. */
+  private live<T extends { id: string; status: string }>(rows: T[] | undefined, n: number, order?: Map<string, number>): T | undefined {
     const list = (rows ?? []).filter((r) => r.status !== 'destroyed');
+    if (order) list.sort((a, b) => (order.get(a.id) ?? Infinity) - (order.get(b.id) ?? Infinity));
     return list.length > 0 ? list[n % list.length] : undefined;
   }
 
@@ -776,7 +859,7 @@ class ModelRun {
       case 'releaseResource':
       case 'reclaim':
       case 'breakResource': {
-        const r = this.live(this.last?.resources, step.pick);
+        const r = this.live(this.last?.resources, step.pick, this.allocationOrder);
         describe(`${step.do} ${r?.id ?? '(no live resource)'}`);
         if (!r) return;
         const m = this.resources.get(r.id)!;
@@ -828,11 +911,12 @@ class ModelRun {
 const BASE = new ManualClock().now().toMillis();
 
 let runCount = 0;
-async function runScenario(scenario: Scenario) {
+async function runScenario(scenario: Scenario): Promise<ModelRun> {
   const run = new ModelRun(scenario.config);
   const started = Date.now();
   const cpu = process.cpuUsage();
   if (VERBOSE) process.stderr.write(`run ${++runCount}: ${JSON.stringify(scenario.config)}\n`);
+  idSource = run.newId;
   try {
     await run.start(scenario.steps.some((s) => s?.do === 'reopen'));
     await run.settle();
@@ -846,7 +930,15 @@ async function runScenario(scenario: Scenario) {
     const t = Date.now();
     await run.quiesce();
     if (VERBOSE) process.stderr.write(`  quiesce: ${Date.now() - t} ms\n`);
+    return run;
+  } catch (error) {
+    if (error instanceof Error) {
+      error.message += `\n  replay this scenario: SLIPWAY_TEST_TIERS=${tier} SLIPWAY_MODEL_SCENARIO='${JSON.stringify(scenario)}' npm test -- test/model.test.ts -t model-based`;
+      if (run.concurrency > 1) error.message += `\n  (${run.concurrency} workers: a replay may interleave differently; SLIPWAY_MODEL_CONCURRENCY=1 tries it serially)`;
+    }
+    throw error;
   } finally {
+    idSource = undefined;
     await run.dispose();
     if (VERBOSE) {
       const used = process.cpuUsage(cpu);
@@ -861,9 +953,9 @@ describe('model-based: random acquire / release / reclaim / expiry / hook faults
     async () => {
       const started = Date.now();
       const cpu = process.cpuUsage();
-      if (SCENARIO) return runScenario(SCENARIO);
+      if (SCENARIO) return void (await runScenario(SCENARIO));
       await fc.assert(
-        fc.asyncProperty(scenarioArb, runScenario),
+        fc.asyncProperty(scenarioArb, async (scenario) => void (await runScenario(scenario))),
         { numRuns: PATH ? 1 : RUNS, seed: SEED, path: PATH, endOnFailure: Boolean(PATH), verbose: 1 },
       );
       const used = process.cpuUsage(cpu);
@@ -873,5 +965,77 @@ describe('model-based: random acquire / release / reclaim / expiry / hook faults
       );
     },
     3 * 60 * 60 * 1000,
+  );
+});
+
+/** What a replay must repeat, with ids replaced by their order of first appearance (`res#0`, `lease#1`). */
+function fingerprint(run: ModelRun) {
+  const names = new Map<string, string>();
+  const name = (id: string) => {
+    if (!names.has(id)) names.set(id, `${id.slice(0, id.indexOf('_'))}#${names.size}`);
+    return names.get(id)!;
+  };
+  const ids = /\b(?:lease|res)_[0-9a-f]{20}\b/g;
+  return {
+    transitions: run.transitions.map((t) => `${t.kind} ${name(t.id)}${t.resource && t.resource !== t.id ? ` on ${name(t.resource)}` : ''}: ${t.from ?? '(new)'} -> ${t.to}`),
+    faults: run.faults.map((f) => `${f.kind} ${f.hook} of ${f.passKey.replace(ids, name)}: ${f.outcome}`),
+    trace: run.trace.map((line) => line.replace(ids, name)),
+  };
+}
+
+/**
+ * A recorded scenario (as a failure prints it) built to meet the ties a replay used to
+ * break at random: three resources built at one clock instant, leases taking idle ones
+ * (the allocator picks among equals by id), resource steps picking among them, faults of
+ * every kind, expiry, and a close and reopen.
+ */
+const RECORDED: Scenario = {
+  config: { exclusive: true, maxResources: null, concurrency: 1, idSeed: 7 },
+  steps: [
+    { do: 'acquire', ttl: null, priority: 0 },
+    { do: 'acquire', ttl: null, priority: 0 },
+    { do: 'acquire', ttl: 90_000, priority: 0 },
+    { do: 'release', pick: 0 },
+    { do: 'release', pick: 0 },
+    { do: 'fault', hook: 'activateLease', kind: 'throw', after: null },
+    { do: 'acquire', ttl: null, priority: 1 },
+    { do: 'acquire', ttl: null, priority: 0 },
+    { do: 'reclaim', pick: 1 },
+    { do: 'fault', hook: 'destroyResource', kind: 'hang', after: null },
+    { do: 'breakResource', pick: 2 },
+    { do: 'fault', hook: 'acquireLease', kind: 'retry', after: 10_000 },
+    { do: 'acquire', ttl: 3_600_000, priority: 0 },
+    { do: 'advance', ms: 25_000 },
+    { do: 'fault', hook: 'activateResource', kind: 'slow', after: null },
+    { do: 'releaseResource', pick: 0 },
+    { do: 'acquire', ttl: null, priority: 0 },
+    { do: 'advance', ms: 6_000 },
+    { do: 'reopen' },
+    { do: 'acquire', ttl: null, priority: 1 },
+    { do: 'release', pick: 1 },
+    { do: 'advance', ms: 120_000 },
+    { do: 'reclaim', pick: 0 },
+    { do: 'acquire', ttl: null, priority: 0 },
+    { do: 'advance', ms: 1_000 },
+  ],
+};
+
+describe('replaying a scenario', () => {
+  (SCENARIO || PATH ? test.skip : test)(
+    `a recorded scenario at concurrency 1 replays to the same run on the ${tier} tier: the same status transitions in the same order, the same fault hits, the same trace (ids aside)`,
+    async () => {
+      const first = fingerprint(await runScenario(RECORDED));
+      const second = fingerprint(await runScenario(RECORDED));
+      expect(second.transitions).toEqual(first.transitions);
+      expect(second.faults).toEqual(first.faults);
+      expect(second.trace).toEqual(first.trace);
+
+      // It met what it was built for (so the comparison is not vacuous).
+      const resources = new Set(first.transitions.filter((t) => t.startsWith('resource ')).map((t) => t.split(' ')[1]));
+      expect(resources.size).toBeGreaterThanOrEqual(3);
+      expect(new Set(first.faults.map((f) => f.split(' ')[0]))).toEqual(new Set(['throw', 'hang', 'retry', 'slow']));
+      expect(first.trace.filter((line) => /: (reclaim|releaseResource|breakResource) res#\d+/.test(line))).toHaveLength(4);
+    },
+    10 * 60 * 1000,
   );
 });

@@ -128,15 +128,27 @@ function checkArgv(argv: unknown): asserts argv is readonly string[] {
   if (argv[0] === '') throw new ValidationError('argv[0]', 'must name the program to run');
 }
 
+const OPTION_KEYS = ['cwd', 'env', 'timeout', 'signal', 'shell', 'onStdout', 'onStderr', 'stdin'];
+
+/** Node runs a timer of more than 2^31 - 1 ms after 1 ms: a longer timeout would kill the process at once. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
 function checkOptions(options: unknown): CommandOptions & { timeoutMs?: number } {
   if (options === undefined) return {};
-  if (options === null || typeof options !== 'object') throw new ValidationError('options', 'must be an object');
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) throw new ValidationError('options', 'must be an object');
+  // A misspelt option (`timout`) would run the command without what it asked for.
+  for (const key of Object.keys(options)) {
+    if (!OPTION_KEYS.includes(key)) throw new ValidationError(`options.${key}`, `is not a command option (known: ${OPTION_KEYS.join(', ')})`);
+  }
   const o = options as CommandOptions;
   if (o.cwd !== undefined && (typeof o.cwd !== 'string' || o.cwd === '')) throw new ValidationError('options.cwd', 'must be a non-empty string');
   if (o.env !== undefined) {
-    if (o.env === null || typeof o.env !== 'object') throw new ValidationError('options.env', 'must be an object of strings');
+    if (o.env === null || typeof o.env !== 'object' || Array.isArray(o.env)) throw new ValidationError('options.env', 'must be an object of strings by variable name, like { CI: "1" }');
     for (const [key, value] of Object.entries(o.env)) {
+      // The environment block is NAME=value strings ending in NUL: a name with = or NUL, or a value with NUL, would set something else.
+      if (key === '' || key.includes('=') || key.includes('\0')) throw new ValidationError(`options.env.${key}`, 'is not a variable name: it must be non-empty, without "=" or a NUL character');
       if (value !== undefined && typeof value !== 'string') throw new ValidationError(`options.env.${key}`, `must be a string, or undefined to unset it (got ${typeof value})`);
+      if (value?.includes('\0')) throw new ValidationError(`options.env.${key}`, 'must not contain a NUL character');
     }
   }
   if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new ValidationError('options.signal', 'must be an AbortSignal');
@@ -152,8 +164,10 @@ function checkOptions(options: unknown): CommandOptions & { timeoutMs?: number }
  * clock: it bounds a real process, which a test's manual clock would otherwise let run forever.
  */
 function timeoutMs(value: unknown): number {
-  const ms = parseDuration(value, 'options.timeout').toMillis();
-  if (ms <= 0) throw new ValidationError('options.timeout', `must be a positive duration (got ${JSON.stringify(value) ?? String(value)})`);
+  const duration = parseDuration(value, 'options.timeout');
+  const ms = duration.toMillis();
+  if (ms <= 0) throw new ValidationError('options.timeout', `must be a positive duration (got ${duration.toISO()})`);
+  if (ms > MAX_TIMEOUT_MS) throw new ValidationError('options.timeout', `must be at most ${MAX_TIMEOUT_MS} ms (about 24.8 days; got ${duration.toISO()})`);
   return ms;
 }
 

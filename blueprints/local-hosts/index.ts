@@ -90,7 +90,9 @@ const implementation = defineBlueprint<LocalHostsConfig, LocalHostsResourceAttri
  * resource would be the same machine again and double its slots. Concurrency is `config.slots`.
  */
 export function localHosts(options: BlueprintOptions<LocalHostsConfig>): Blueprint<LocalHostsConfig, LocalHostsResourceAttributes, LocalHostsLeaseAttributes> {
-  const limits = options && typeof options === 'object' ? options.limits : undefined;
+  // Not an object: the implementation's own check names it (`blueprint`), before anything is spread.
+  if (!options || typeof options !== 'object' || Array.isArray(options)) return implementation(options);
+  const limits = options.limits;
   if (limits === undefined || (limits !== null && typeof limits === 'object')) {
     if (limits?.maxResources !== undefined && limits.maxResources !== 1) {
       throw new ValidationError('limits.maxResources', `must be 1 for localHosts: one resource is the local machine (got ${JSON.stringify(limits.maxResources)}); use config.slots for concurrency`);

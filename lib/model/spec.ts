@@ -49,8 +49,12 @@ export const MAX_SPEC_DURATION = Duration.fromObject({ years: 100 });
 /** How deeply attributes may nest: deeper JSON is a mistake, and checking it must not overflow the stack. */
 export const MAX_JSON_DEPTH = 100;
 
-/** Checks a spec field by field; the error names the first bad field. Knows nothing of the broker's blueprints. */
-export function normalizeSpec(spec: unknown): NormalizedSpec {
+/**
+ * Checks a spec field by field; the error names the first bad field. Knows nothing of the
+ * broker's blueprints. With `now` (the broker's clock), `until` must lie after it: a lease
+ * that is expired before it is written is a mistake, not a request.
+ */
+export function normalizeSpec(spec: unknown, options: { now?: DateTime } = {}): NormalizedSpec {
   if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) throw new ValidationError('spec', 'must be an object');
   const s = spec as Record<string, unknown>;
   for (const key of Object.keys(s)) if (!SPEC_KEYS.has(key)) throw new ValidationError(`spec.${key}`, 'is not a known field');
@@ -76,6 +80,7 @@ export function normalizeSpec(spec: unknown): NormalizedSpec {
   const until = s.until === undefined ? null : parseDateTime(s.until, 'spec.until');
   // Postgres and luxon agree on four-digit years; later ones do not survive the round trip.
   if (until && (until.year < 1 || until.year > 9999)) throw new ValidationError('spec.until', `must be between the years 1 and 9999 (got ${until.toISO()})`);
+  if (until && options.now && until <= options.now) throw new ValidationError('spec.until', `must be in the future (got ${until.toISO()}, the broker's clock says ${options.now.toUTC().toISO()})`);
   const timeout = s.timeout === undefined ? null : boundedDuration(s.timeout, 'spec.timeout');
   if (s.priority !== undefined && !(Number.isInteger(s.priority) && Math.abs(s.priority as number) <= 1_000_000)) {
     throw new ValidationError('spec.priority', 'must be an integer between -1000000 and 1000000');
