@@ -122,6 +122,7 @@ export class Engine {
   /** Gives back a slot `reserve` promised, when the item was not created. */
   unreserve(): void {
     this.reserved--;
+    this.notifyIdle();
   }
 
   /** Runs a work item created claimed by this worker in a slot `reserve` promised. */
@@ -197,7 +198,8 @@ export class Engine {
   }
 
   get busy(): boolean {
-    return this.polling || this.inflight.size > 0;
+    // A reserved slot is a request running its hooks at once (acquire's fast path): work too.
+    return this.polling || this.inflight.size > 0 || this.reserved > 0;
   }
 
   private notifyIdle() {
