@@ -73,6 +73,22 @@ function expectTimeoutLog(entry: LogEntry | undefined, hook: string, seconds: nu
 }
 
 /** Nothing half-done is left: no unconsumed command, no claim, no object in a transitional state, no engine error. */
+/**
+ * acquire() on a blueprint whose activateLease hangs: the hook is not aborted 1 ms before
+ * its timeout and is at it. Resolves with what acquire() rejected with.
+ */
+async function acquireUntilActivateTimeout(broker: TestBroker, activate: ReturnType<typeof hanging>, timeoutMs: number): Promise<unknown> {
+  const acquiring = broker.acquire({ type: 'hostile' }).catch((e: unknown) => e);
+  const idle = broker.runUntilIdle();
+  await activate.reached(1);
+  broker.clock.advance({ milliseconds: timeoutMs - 1 });
+  expect(activate.calls[0]!.signal.aborted).toBe(false);
+  broker.clock.advance({ milliseconds: 1 });
+  expect(activate.calls[0]!.signal.aborted).toBe(true);
+  await idle;
+  return acquiring;
+}
+
 async function expectNothingStuck(broker: TestBroker) {
   expect(await rows(broker, (s) => `SELECT id, command, target_id FROM ${s}.commands WHERE consumed_at IS NULL`)).toEqual([]);
   expect(await rows(broker, (s) => `SELECT object_kind, object_id FROM ${s}.work_items WHERE claimed_by IS NOT NULL`)).toEqual([]);
@@ -176,16 +192,7 @@ describe('hooks that never resolve are bounded by their timeouts', () => {
     const activate = hanging(1);
     const bp = hostile('l', { activateLease: activate.fn }, { timeouts: { activateLease: { seconds: 5 } } });
     const broker = await testBroker({ blueprints: [bp] });
-    const acquiring = broker.acquire({ type: 'hostile' }).catch((e: unknown) => e);
-    const idle = broker.runUntilIdle();
-    await activate.reached(1);
-    broker.clock.advance({ milliseconds: 4999 });
-    expect(activate.calls[0]!.signal.aborted).toBe(false);
-    broker.clock.advance({ milliseconds: 1 });
-    expect(activate.calls[0]!.signal.aborted).toBe(true);
-    await idle;
-
-    const error = await acquiring;
+    const error = await acquireUntilActivateTimeout(broker, activate, 5000);
     expect(error).toBeInstanceOf(LeaseBrokenError);
     expect((error as Error).message).toMatch(/l\.activateLease failed: did not finish within 5 seconds/);
     const [lease] = await broker.leases.list();
@@ -216,15 +223,7 @@ describe('hooks that never resolve are bounded by their timeouts', () => {
     const activate = hanging(1);
     const bp = hostile('day', { activateLease: activate.fn }, { timeouts: { activateLease: MAX_HOOK_TIMEOUT } });
     const broker = await testBroker({ blueprints: [bp] });
-    const acquiring = broker.acquire({ type: 'hostile' }).catch((e: unknown) => e);
-    const idle = broker.runUntilIdle();
-    await activate.reached(1);
-    broker.clock.advance(MAX_HOOK_TIMEOUT.minus({ milliseconds: 1 }));
-    expect(activate.calls[0]!.signal.aborted).toBe(false);
-    broker.clock.advance({ milliseconds: 1 });
-    expect(activate.calls[0]!.signal.aborted).toBe(true);
-    await idle;
-    const error = await acquiring;
+    const error = await acquireUntilActivateTimeout(broker, activate, MAX_HOOK_TIMEOUT.toMillis());
     expect(error).toBeInstanceOf(LeaseBrokenError);
     expect((error as Error).message).toMatch(/day\.activateLease failed: did not finish within 86400 seconds/);
     await broker.close();
