@@ -1,4 +1,4 @@
-import { createBroker, type Broker, type DatabaseOptions } from '../../lib/index.js';
+import { createBroker, type Broker, type DatabaseOptions, type Lease } from '../../lib/index.js';
 import type { FakeBlueprint } from '../../lib/testing/index.js';
 import type { Tier } from '../support/tiers.js';
 
@@ -15,10 +15,18 @@ export async function openBroker(tier: Tier, label: string, blueprint: FakeBluep
 }
 
 /** `work`, or a StuckCycleError naming the lease and its status if it takes longer than `limitMs`. */
-export async function bounded<T>(broker: Broker, leaseId: string, phase: string, work: Promise<T>, limitMs = STUCK_MS): Promise<T> {
+export async function bounded<T>(broker: Broker, leaseId: string | null, phase: string, work: Promise<T>, limitMs = STUCK_MS): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const stuck = new Promise<never>((_, reject) => {
     timer = setTimeout(async () => {
+      if (leaseId === null) {
+        // An acquire() in flight: its id is not known yet; name the leases that are not done.
+        const live = (await broker.leases.list({ status: ['pending', 'acquired', 'active', 'released', 'broken'] }).catch(() => []))
+          .slice(0, 10)
+          .map((l) => `${l.id} ${l.status}`);
+        reject(new StuckCycleError(`an acquire() still not ${phase} after ${limitMs} ms (leases not destroyed: ${live.join(', ') || 'none'})`));
+        return;
+      }
       const row = await broker.leases.get(leaseId).catch(() => null);
       reject(new StuckCycleError(`lease ${leaseId} still not ${phase} after ${limitMs} ms (status ${row?.status ?? 'unknown'}, resource ${row?.resourceId ?? 'none'})`));
     }, limitMs);
@@ -40,17 +48,20 @@ export async function bounded<T>(broker: Broker, leaseId: string, phase: string,
  */
 export const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
+/** `broker.acquire()` under the watchdog. */
+export function boundedAcquire(broker: Broker, type = 'fake'): Promise<Lease> {
+  return bounded(broker, null, 'active', broker.acquire({ type }));
+}
+
 /**
- * One full lease cycle: request, active, release, destroyed. The same calls as
- * `broker.acquire()` + `lease.release()` (acquire is requestLease + whenActive), with a
- * watchdog so that a lease that never moves fails the cycle instead of the whole run,
- * after one turn of the event loop (see `yieldToEventLoop`).
+ * One full lease cycle: request, active, release, destroyed: `broker.acquire()` and
+ * `lease.release()`, with a watchdog so that a lease that never moves fails the cycle
+ * instead of the whole run, after one turn of the event loop (see `yieldToEventLoop`).
  */
 export async function fullCycle(broker: Broker, type = 'fake'): Promise<void> {
   await yieldToEventLoop();
-  const handle = await broker.requestLease({ type });
-  const lease = await bounded(broker, handle.id, 'active', handle.whenActive());
-  await bounded(broker, handle.id, 'destroyed', lease.release());
+  const lease = await boundedAcquire(broker, type);
+  await bounded(broker, lease.id, 'destroyed', lease.release());
 }
 
 /** Holds `count` leases at once, then releases them all: leaves `count` idle active resources of an exclusive blueprint. */

@@ -2,7 +2,7 @@ import { fakeBlueprint } from '../../lib/testing/index.js';
 import type { BenchConfig } from '../support/config.js';
 import { sleep, summarize, type LatencySummary } from '../support/measure.js';
 import type { Tier } from '../support/tiers.js';
-import { bounded, fullCycle, openBroker } from './common.js';
+import { bounded, boundedAcquire, fullCycle, openBroker } from './common.js';
 
 export interface WarmAcquireResult extends LatencySummary {
   /** Release until destroyed, of the same samples (not part of the target). */
@@ -26,12 +26,10 @@ export async function warmAcquire(tier: Tier, config: BenchConfig): Promise<Warm
     const release: number[] = [];
     for (let i = 0; i < config.warm.samples; i++) {
       await sleep(config.warm.gapMs);
-      // broker.acquire() is exactly requestLease + whenActive; split to give the watchdog the id.
       const t0 = performance.now();
-      const handle = await broker.requestLease({ type: 'fake' });
-      const lease = await bounded(broker, handle.id, 'active', handle.whenActive());
+      const lease = await boundedAcquire(broker);
       const t1 = performance.now();
-      await bounded(broker, handle.id, 'destroyed', lease.release());
+      await bounded(broker, lease.id, 'destroyed', lease.release());
       acquire.push(t1 - t0);
       release.push(performance.now() - t1);
     }

@@ -264,18 +264,27 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
         lease.id,
         'pending',
         'acquired',
-        { resource_id: resource.id, allocating_resource_id: null, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
+        // allocating_resource_id is left as it is: see `freed` below.
+        { resource_id: resource.id, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
         {
           before: store.takeResource(lease.id, { resourceId: resource.id, maxLeases: max, slots }, rt.clock.now()),
           guard: () => 'EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM conflicts)',
           logs: [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
           // A hand-off may have reserved another resource for this lease since the pass read
-          // it: free that one for the next waiter, or it stays reserved for a lease that never comes.
+          // it: free that one for the next waiter, or it stays reserved for a lease that never
+          // comes. A hand-off that committed while this statement waited for the lease's row
+          // lock is not in this statement's snapshot; its pointer is, in the lease row the
+          // CAS re-read (`upd.allocating_resource_id`, kept for that reason). Matching that
+          // resource by id alone makes Postgres re-read it too, and the CASE clears the
+          // reservation in its newest version.
           also: [
             {
               name: 'freed',
               returning: true,
-              sql: (p) => `UPDATE ${store.s}.resources SET reserved_for = NULL WHERE reserved_for = (SELECT id FROM upd) AND id <> ${p.add(resource.id)} RETURNING type, blueprint`,
+              sql: (p) => `UPDATE ${store.s}.resources
+                SET reserved_for = CASE WHEN reserved_for = (SELECT id FROM upd) THEN NULL ELSE reserved_for END
+                WHERE (id = (SELECT allocating_resource_id FROM upd) OR reserved_for = (SELECT id FROM upd)) AND id <> ${p.add(resource.id)}
+                RETURNING type, blueprint, reserved_for IS NULL AS free`,
             },
           ],
           failIf: store.acquisitionFails('upd'),
@@ -290,7 +299,7 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
     // Wake-ups for others, after the fact (lost in a crash, they cost a waiter its recheck
     // interval, nothing more): the reservation freed above goes to the next waiter; and a
     // resource that may take more leases gets the best waiter's look now.
-    const wakes: Array<[string, string]> = result.also.freed.map((f: { type: string; blueprint: string }) => [f.type, f.blueprint]);
+    const wakes: Array<[string, string]> = result.also.freed.filter((f: { free: boolean }) => f.free).map((f: { type: string; blueprint: string }) => [f.type, f.blueprint]);
     if (max === null || taken.leaseCount < max) wakes.push([resource.type, blueprint.name]);
     for (const [type, name] of wakes) await store.single((u) => store.wakeNextWaiting(u, [type], [name]));
     return { lease: result.row, resource: taken, intent: 'activate' };

@@ -77,7 +77,8 @@ async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promi
     );
     // The row the CAS returns, not the one read before it: a hand-off may have pointed the
     // lease at a reserved resource in between, and that reservation must be freed now.
-    await store.dropReservation(u, row);
+    // (A lease past pending keeps the pointer it was acquired with, reserving nothing.)
+    if (lease.status === 'pending') await store.dropReservation(u, row);
     return row;
   };
   // Only a pending lease can hold a reservation (a hand-off points only at pending leases):

@@ -37,6 +37,13 @@ export class Engine {
   private reserved = 0;
   private polling = false;
   private pollAgain = false;
+  /**
+   * Whether work may be due that no poll has looked for yet: set by every wake-up (a
+   * local write, a hint from another broker, the sweep, a timer) and when a poll filled
+   * every free slot; cleared when a poll starts. A pass that ends polls again only if it
+   * is set, so an idle broker does not re-read the queue after each pass.
+   */
+  private maybeDue = true;
   private stopped = false;
   private sweepTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
@@ -63,6 +70,7 @@ export class Engine {
   /** Look for work now. Cheap and idempotent: many pokes while a poll runs cause one more poll. */
   poke() {
     if (this.stopped) return;
+    this.maybeDue = true;
     if (this.polling) {
       this.pollAgain = true;
       return;
@@ -82,7 +90,8 @@ export class Engine {
   private async poll() {
     try {
       const free = this.options.concurrency - this.inflight.size - this.reserved;
-      if (free <= 0) return;
+      if (free <= 0) return; // still maybe due: the next pass to end polls
+      this.maybeDue = false;
       const { store, clock, workerId } = this.rt;
       const now = clock.now();
       const rows = await store.db.query(store.sql.claim, [
@@ -97,8 +106,10 @@ export class Engine {
         this.inflight.set(`${item.kind}:${item.id}`, item);
         void this.queue.add(() => this.run(item));
       }
+      if (rows.length >= free) this.maybeDue = true; // there may be more than the slots took
       if (rows.length === 0) await this.scheduleNext();
     } catch (error) {
+      this.maybeDue = true;
       if (!this.stopped) {
         this.errors.push(error);
         this.rt.logger.error({ err: error }, 'slipway: claiming work failed; the sweep will retry');
@@ -138,7 +149,13 @@ export class Engine {
     const { store, clock } = this.rt;
     const rows = await store.db.query(store.sql.nextDue, [toDb(clock.now())]);
     const next = fromDb(rows[0]?.at);
-    if (!next || this.stopped) return;
+    if (next) this.scheduleAt(next);
+  }
+
+  /** Arms the clock timer for `next` unless one fires earlier already. */
+  private scheduleAt(next: DateTime) {
+    const { clock } = this.rt;
+    if (this.stopped) return;
     if (this.scheduledAt !== undefined && this.scheduledAt <= next.toMillis()) return;
     this.cancelScheduled?.();
     this.scheduledAt = next.toMillis();
@@ -175,15 +192,22 @@ export class Engine {
       }
       // A wake during the pass kept the item due (see `finish`); otherwise park or schedule.
       const runAt = outcome.next === 'at' ? outcome.at : null;
-      await store.db.execute(store.sql.finish, [item.kind, item.id, workerId, item.wakeCount, toDb(clock.now()), toDb(runAt), outcome.next === 'at' ? (outcome.attempts ?? 0) : 0]);
+      const [finished] = await store.db.query(store.sql.finish, [item.kind, item.id, workerId, item.wakeCount, toDb(clock.now()), toDb(runAt), outcome.next === 'at' ? (outcome.attempts ?? 0) : 0]);
+      // Due again at once (a wake during the pass, or a pass that stopped early): poll after
+      // this pass. Due later: this broker's timer, with no read of the queue.
+      if (finished?.due) this.maybeDue = true;
+      else if (finished && runAt) this.scheduleAt(runAt);
     } catch (error) {
+      this.maybeDue = true;
       if (!this.stopped) {
         this.errors.push(error);
         this.rt.logger.error({ err: error, object: key }, 'slipway: recording a work item failed; its claim will expire and be retried');
       }
     } finally {
       this.inflight.delete(key);
-      this.poke();
+      // A slot is free: poll only if work may be waiting for one.
+      if (this.maybeDue) this.poke();
+      else this.notifyIdle();
     }
   }
 

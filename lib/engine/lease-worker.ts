@@ -115,7 +115,7 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
   const blueprint = blueprintOf(rt, resource);
   if (!resource || resource.status !== 'active' || !blueprint) {
     await store.unit(async (u) => {
-      await store.casLease(u, lease.id, 'acquired', 'pending', { resource_id: null, phase: null, phase_attempts: 0 }, {
+      await store.casLease(u, lease.id, 'acquired', 'pending', { resource_id: null, allocating_resource_id: null, phase: null, phase_attempts: 0 }, {
         logs: [{ type: 'lease.requeued', data: { resource: lease.resourceId ?? '?', reason: resource ? `it is ${resource.status}` : 'it is gone' }, lease: lease.id }],
       });
       await store.releaseSlots(u, 'lease', lease.id);

@@ -45,15 +45,6 @@ export function statements(schema: string) {
       ORDER BY lease_count, created_at, id
       LIMIT $8`,
 
-    // An acquisition's hold on its resource, first in the acquiring transaction: the row
-    // lock keeps the resource active until the lease's CAS commits, and the WHERE makes
-    // `maxLeasesPerResource` exact however many allocators race. A reservation for this
-    // lease is used up; one for another lease refuses.
-    takeResource: `
-      UPDATE ${S}.resources SET lease_count = lease_count + 1, idle_since = NULL, reserved_for = NULL
-      WHERE id = $1 AND status = 'active' AND (reserved_for IS NULL OR reserved_for = $2)
-        AND ($3::integer IS NULL OR lease_count < $3::integer)
-      RETURNING *`,
     // A lease lets go of the resource it drove or had reserved (both rows, one statement).
     forgetReservation: `
       WITH res AS (UPDATE ${S}.resources SET reserved_for = NULL WHERE id = $2 AND reserved_for = $1)
@@ -95,7 +86,8 @@ export function statements(schema: string) {
         run_at = CASE WHEN wake_count <> $4 THEN $5::timestamptz ELSE $6::timestamptz END,
         chained = CASE WHEN wake_count <> $4 THEN chained ELSE false END,
         attempts = $7
-      WHERE object_kind = $1 AND object_id = $2 AND claimed_by = $3 AND ${ASYNC_COMMIT}`,
+      WHERE object_kind = $1 AND object_id = $2 AND claimed_by = $3 AND ${ASYNC_COMMIT}
+      RETURNING run_at IS NOT NULL AND run_at <= $5::timestamptz AS due`,
     deleteWork: `DELETE FROM ${S}.work_items WHERE object_kind = $1 AND object_id = $2 AND ${ASYNC_COMMIT}`,
     releaseAllClaims: `UPDATE ${S}.work_items SET claimed_by = NULL, claim_expires_at = NULL WHERE claimed_by IS NOT NULL`,
     releaseClaims: `UPDATE ${S}.work_items SET claimed_by = NULL, claim_expires_at = NULL WHERE claimed_by = $1`,
