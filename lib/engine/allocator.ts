@@ -68,9 +68,12 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
   }
 
   // 1. An existing active resource: unleased ones first, then shared ones.
+  // The resources this pass asked (and could not take): only those may be reclaimed.
+  const asked = new Set<string>();
   const tryResources = async (leased: boolean) => {
     for (const blueprint of candidates) {
       for await (const resource of freeResources(rt, lease.id, blueprint, leased)) {
+        asked.add(resource.id);
         const got = await tryAcquire(rt, lease, resource, blueprint, reasons);
         if (got !== 'no') return got;
       }
@@ -103,7 +106,9 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
 
   // 3. Reclaim an idle resource of a blueprint that is at its cap.
   for (const blueprint of full) {
-    const reclaimed = await reclaimIdle(rt, lease, blueprint);
+    const reclaimed = await reclaimIdle(rt, lease, blueprint, asked);
+    // Idle, but freed after this pass looked for free resources: take it rather than tear it down.
+    if (reclaimed === 'look-again') return REREAD;
     if (reclaimed) {
       reasons.list.push(`reclaiming idle resource ${reclaimed} of ${blueprint.name}`);
       break;
@@ -373,16 +378,21 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
 }
 
 /** Asks an idle resource of a full blueprint to release itself (a command: the resource's own worker decides). */
-async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>): Promise<string | null> {
+async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, asked: ReadonlySet<string>): Promise<string | 'look-again' | null> {
   const { store } = rt;
   const query = (sql: { query: typeof store.db.query }, lock: boolean) =>
     sql.query(`${store.sql.reclaimable}${lock ? ' FOR UPDATE OF r SKIP LOCKED' : ''}`, [blueprint.name, toDb(rt.clock.now().minus(blueprint.limits.reclaimIdleAfter)), lease.id]);
   // Most waits find nothing to reclaim: look without a transaction first.
-  if ((await query(store.db, false)).length === 0) return null;
+  const seen = await query(store.db, false);
+  if (seen.length === 0) return null;
+  // A resource this pass never asked became idle while it ran (a burst: a lease just let
+  // go of it): the lease may well take it. Reclaiming it would destroy and rebuild it.
+  if (!asked.has(seen[0].id as string)) return 'look-again';
   return store.unit(async (u) => {
     const rows = await query(u.sql, true);
     if (!rows[0]) return null;
     const id = rows[0].id as string;
+    if (!asked.has(id)) return 'look-again';
     await store.command(u, 'resource', id, 'reclaim', { lease: lease.id }, `lease:${lease.id}`);
     await store.log(u, { type: 'lease.reclaim', data: { resource: id, blueprint: blueprint.name }, lease: lease.id, resource: id, blueprint: blueprint.name });
     return id;
