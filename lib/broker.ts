@@ -154,6 +154,19 @@ function unlessOutcomeUnknown(error: unknown): null {
   throw error;
 }
 
+/**
+ * Runs an idempotent write, and once more if the connection died while it ran (its
+ * outcome unknown): the second run finds what the first may have written.
+ */
+async function writeAgainIfUnknown<T>(write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    if (!(error instanceof CommitOutcomeUnknownError)) throw error;
+    return write();
+  }
+}
+
 /** Lease statuses that end a wait for activation, and the one that ends a release. */
 const SETTLED: ReadonlySet<string> = new Set(['active', 'broken', 'released', 'destroyed']);
 const DESTROYED: ReadonlySet<string> = new Set(['destroyed']);
@@ -342,15 +355,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         return fast.lease;
       }
       trouble = fast ?? undefined;
-      try {
-        // (After an unknown outcome of the fast path, this finds the lease it may have written.)
-        row = await insert();
-      } catch (error) {
-        if (!(error instanceof CommitOutcomeUnknownError)) throw error;
-        // The connection died while the insert ran: run it again. Idempotent per id, it
-        // inserts nothing if the first one committed, and the lease is read instead.
-        row = (await insert()) ?? (await store.lease(id));
-      }
+      // Idempotent per id: if the fast path or a first insert whose outcome was lost
+      // committed the lease, this inserts nothing and the lease is read instead.
+      row = (await writeAgainIfUnknown(insert)) ?? (await store.lease(id));
     } catch (error) {
       if (claim) engine!.unreserve();
       throw error;
@@ -393,16 +400,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   async function writeCommand(kind: 'lease' | 'resource', id: string, command: 'release' | 'reclaim' | 'break', data: Record<string, string>, author: string | null) {
     if (closed) throw new BrokerClosedError();
     if (typeof id !== 'string' || !id) throw new ValidationError(kind === 'lease' ? 'leaseId' : 'resourceId', 'must be a non-empty string');
-    const write = () => store.single((u) => store.writeCommand(u, kind, id, command, data, author));
-    let status: string | null;
-    try {
-      status = await write();
-    } catch (error) {
-      if (!(error instanceof CommitOutcomeUnknownError)) throw error;
-      // The connection died while the command was written: write it again. If both
-      // landed, the second is consumed with "no effect"; a command is never lost.
-      status = await write();
-    }
+    // Written again after a lost outcome: if both landed, the second is consumed with
+    // "no effect"; a command is never lost.
+    const status = await writeAgainIfUnknown(() => store.single((u) => store.writeCommand(u, kind, id, command, data, author)));
     if (status === null) throw new NotFoundError(kind, id);
   }
 
