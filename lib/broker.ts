@@ -17,6 +17,7 @@ import { LeaseBrokenError } from './errors/lease-broken-error.js';
 import { LeaseTimeoutError } from './errors/lease-timeout-error.js';
 import { NotFoundError } from './errors/not-found-error.js';
 import { UnknownTypeError } from './errors/unknown-type-error.js';
+import { SlipwayError } from './errors/slipway-error.js';
 import { ValidationError } from './errors/validation-error.js';
 import { renderLog, type LogEntry } from './logs/log-types.js';
 import { checkCommandOptions, checkFilter, checkOptions, checkSubscription, checkText, optionalBoolean, optionalSignal } from './model/call-arguments.js';
@@ -29,7 +30,7 @@ import { channelFor, Listener } from './store/notifier.js';
 import { checkDatabaseOptions, openDatabase, type DatabaseOptions } from './store/open.js';
 import { mapLease, mapResource, Store, type LeaseRow, type LeaseWithResource, type NewLease, type ResourceRow, type StatusEvent, type Unit } from './store/store.js';
 import { CommitOutcomeUnknownError } from './store/db.js';
-import { fromDb, parseDuration, toDb, type DurationInput } from './time.js';
+import { fromDb, humanDuration, parseDuration, toDb, type DurationInput } from './time.js';
 
 export interface BrokerOptions {
   /** @defaultValue `{ embedded: true }`: PGlite in memory */
@@ -49,8 +50,18 @@ export interface BrokerOptions {
   sweepInterval?: DurationInput;
   /** How often a waiting lease looks again even when nothing woke it (one log row, its count bumped). @defaultValue 30 seconds */
   waitRecheck?: DurationInput;
-  /** Capped exponential backoff for failing destroy hooks and RetryLater without a delay. @defaultValue 1 second to 5 minutes */
+  /**
+   * Capped exponential backoff for every failure that is tried again: failed builds (per
+   * blueprint and per lease), failing destroy hooks, slot-lock conflicts, and RetryLater
+   * without a delay. @defaultValue 1 second to 5 minutes
+   */
   backoff?: { initial?: DurationInput; max?: DurationInput };
+  /**
+   * How many allocations a lease may see fail in a row (the resource built for it broke
+   * before serving it, or a blueprint's policy function threw) before it breaks, with
+   * the last error as its reason. Between failures it backs off. @defaultValue 5
+   */
+  maxAllocationFailures?: number;
   /** How long history is kept: destroyed leases and resources with their logs, and consumed commands. @defaultValue 7 days */
   retention?: DurationInput;
   /** How often this broker's workers collect history older than `retention`; `false` never (call `gc()` yourself). @defaultValue 10 minutes */
@@ -83,6 +94,12 @@ export interface BlueprintStats {
   destroying: number;
   /** Age in milliseconds of the oldest resource in each transitional state. */
   oldestAgeMs: Partial<Record<'pending' | 'released' | 'broken' | 'destroying', number>>;
+  /**
+   * Builds that failed in a row (a hook or a policy function threw), the last error, and
+   * until when no new allocation of this blueprint starts; null once a resource of it
+   * activates again.
+   */
+  failures: { streak: number; lastError: string; lastFailureAt: string; retryAt: string } | null;
 }
 
 export interface TypeStats {
@@ -135,7 +152,7 @@ function optionalDuration(value: DurationInput | undefined, field: string, fallb
   return value === undefined ? fallback : parseDuration(value, field);
 }
 
-const BROKER_OPTION_KEYS = new Set(['database', 'blueprints', 'workers', 'clock', 'logger', 'closeGrace', 'claimTtl', 'sweepInterval', 'waitRecheck', 'backoff', 'retention', 'gcInterval']);
+const BROKER_OPTION_KEYS = new Set(['database', 'blueprints', 'workers', 'clock', 'logger', 'closeGrace', 'claimTtl', 'sweepInterval', 'waitRecheck', 'backoff', 'maxAllocationFailures', 'retention', 'gcInterval']);
 /** Node runs a timer of more than 2^31 - 1 ms after 1 ms; tuning durations stay far below that. */
 const MAX_TUNING_MS = 24 * 60 * 60 * 1000;
 
@@ -217,6 +234,10 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   atMostADay(waitRecheck, 'waitRecheck');
   atMostADay(backoff.max, 'backoff.max');
   if (gcInterval && gcInterval.toMillis() > MAX_TUNING_MS) throw new ValidationError('gcInterval', `must be at most 24 hours (got ${gcInterval.toISO()})`);
+  const maxAllocationFailures = options.maxAllocationFailures ?? 5;
+  if (!(Number.isInteger(maxAllocationFailures) && maxAllocationFailures >= 1 && maxAllocationFailures <= 1000)) {
+    throw new ValidationError('maxAllocationFailures', `must be an integer from 1 to 1000 (got ${String(options.maxAllocationFailures)})`);
+  }
 
   const db = await openDatabase(database, (state, error) =>
     state === 'lost'
@@ -226,7 +247,26 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   const events = new BrokerEventBus();
   const abort = new AbortController();
   let engine: Engine | null = null;
+  /** Set when `close()` begins: new calls are refused from then on. */
   let closed = false;
+  let closing: Promise<void> | undefined;
+  /** Emits `closed` once the workers have stopped: every wait still open rejects with BrokerClosedError. */
+  const closedEvents = new EventEmitter();
+  closedEvents.setMaxListeners(0);
+  /**
+   * Runs a public call: refused at once on a closed broker, and an error it meets because
+   * the broker closed while it ran (the database went away under it) is reported as
+   * BrokerClosedError, with that error as the cause.
+   */
+  const live = async <T>(call: () => Promise<T>): Promise<T> => {
+    if (closed) throw new BrokerClosedError();
+    try {
+      return await call();
+    } catch (error) {
+      if (closed && !(error instanceof SlipwayError)) throw new BrokerClosedError({ cause: error });
+      throw error;
+    }
+  };
   let gcTimer: NodeJS.Timeout | undefined;
   let gcRunning: Promise<void> | undefined;
 
@@ -298,6 +338,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     signal: abort.signal,
     waitRecheck,
     backoff,
+    maxAllocationFailures,
     createLease: (spec, extra) => insertLease(spec, extra),
     leaseObject: (row) => leaseObject(row),
   };
@@ -409,7 +450,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   interface WatchOptions<R> {
     timeout?: Duration;
     signal?: AbortSignal;
-    onTimeout?: () => Error;
+    onTimeout?: () => Promise<Error>;
     onAbort?: () => Error;
     /** How to read the lease (default: the row alone). */
     read?: (id: string) => Promise<R | null>;
@@ -464,6 +505,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       };
       leaseWatchers.on(id, onChange);
       cleanups.push(() => leaseWatchers.off(id, onChange));
+      const onClosed = () => finish(() => reject(new BrokerClosedError()));
+      closedEvents.once('closed', onClosed);
+      cleanups.push(() => closedEvents.off('closed', onClosed));
       const onHint = () => void check();
       leaseHints.on(id, onHint).on('*', onHint);
       cleanups.push(() => leaseHints.off(id, onHint).off('*', onHint));
@@ -471,7 +515,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       poll.unref();
       cleanups.push(() => clearInterval(poll));
       if (opts.timeout) {
-        const cancel = clock.schedule(clock.now().plus(opts.timeout), () => finish(() => reject(opts.onTimeout!())));
+        const cancel = clock.schedule(clock.now().plus(opts.timeout), () => finish(() => void opts.onTimeout!().then(reject, reject)));
         cleanups.push(cancel);
       }
       if (opts.signal) {
@@ -487,20 +531,36 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   async function whenActive(id: string, opts: { timeout?: DurationInput; signal?: AbortSignal; justRequested?: boolean } = {}): Promise<Lease> {
     const timeout = opts.timeout === undefined ? undefined : parseDuration(opts.timeout, 'timeout');
     optionalSignal(opts.signal, 'signal');
-    const giveUp = () => void writeCommand('lease', id, 'release', { reason: 'not active in time' }, 'acquire').catch(() => undefined);
+    const giveUp = () => writeCommand('lease', id, 'release', { reason: 'not active in time' }, 'acquire').catch(() => undefined);
+    const timeoutText = (l: LeaseRow) => humanDuration(timeout ?? l.deadlineAt!.diff(l.createdAt));
     const row = await watchLease<LeaseWithResource, LeaseWithResource>(
       id,
       (l) => {
-        if (l.status === 'active') return { value: l };
+        if (l.status === 'active') {
+          // Activated just before its expiry and read after it: its worker releases it now; never hand it over.
+          if (l.expiresAt && l.expiresAt <= clock.now()) return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt.toISO()} as it became active`) };
+          return { value: l };
+        }
         if (l.status === 'broken' || (l.status === 'destroyed' && l.brokenReason)) return { error: new LeaseBrokenError(id, l.brokenReason ?? 'broken', { cause: l.brokenReason }) };
-        if (l.status === 'released' || l.status === 'destroyed') return { error: new LeaseBrokenError(id, 'it was released before it became active') };
+        if (l.status === 'released' || l.status === 'destroyed') {
+          // Its own worker released it at its deadline: the same error as this watcher's own timer gives.
+          if (l.endCause === 'timeout') return { error: new LeaseTimeoutError(id, timeoutText(l), { released: true, lastFailure: l.lastFailure }) };
+          if (l.endCause === 'expired') return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt?.toISO()} before it became active`) };
+          return { error: new LeaseBrokenError(id, 'it was released before it became active') };
+        }
         return null;
       },
       {
         timeout,
         signal: opts.signal,
-        onTimeout: () => (giveUp(), new LeaseTimeoutError(id, timeout!.toHuman() || timeout!.toISO()!)),
-        onAbort: () => (giveUp(), new AbortError(`lease ${id}: aborted before it became active`, { cause: opts.signal?.reason })),
+        onTimeout: async () => {
+          await giveUp();
+          // What the lease is now: released already (by its worker at the same deadline), or only asked to be.
+          const now = await store.lease(id).catch(() => null);
+          const released = !!now && !LEASE_STATE_FLAGS[now.status].live;
+          return new LeaseTimeoutError(id, humanDuration(timeout!), { released, lastFailure: now?.lastFailure ?? null });
+        },
+        onAbort: () => (void giveUp(), new AbortError(`lease ${id}: aborted before it became active`, { cause: opts.signal?.reason })),
         read: (leaseId) => store.leaseWithResource(leaseId),
         // The worker that activated the lease in this process had both rows.
         fromEvent: (e) => (e.row && e.resource ? { ...(e.row as LeaseRow), resource: e.resource } : null),
@@ -532,10 +592,10 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     const { id, activeOptions } = await request(spec);
     return {
       id,
-      whenActive: async (options) => whenActive(id, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal })),
-      status: async () => (await store.lease(id))!.status,
-      release: (opts) => releaseAndWait(id, opts),
-      [Symbol.asyncDispose]: () => releaseAndWait(id),
+      whenActive: (options) => live(() => whenActive(id, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal }))),
+      status: () => live(async () => (await store.lease(id))!.status),
+      release: (opts) => live(() => releaseAndWait(id, opts)),
+      [Symbol.asyncDispose]: () => live(() => releaseAndWait(id)),
     };
   }
 
@@ -556,43 +616,49 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
 
   const broker: Broker = {
     clock,
-    async acquire(spec) {
-      const { id, activeOptions } = await request(spec, true);
-      // Nothing can have moved the lease since its insert returned: no statement completes
-      // between here and the watch starting, so the watch skips its first read.
-      return whenActive(id, { ...activeOptions({}), justRequested: true });
-    },
-    requestLease,
+    acquire: (spec) =>
+      live(async () => {
+        const { id, activeOptions } = await request(spec, true);
+        // Nothing can have moved the lease since its insert returned: no statement completes
+        // between here and the watch starting, so the watch skips its first read.
+        return whenActive(id, { ...activeOptions({}), justRequested: true });
+      }),
+    requestLease: (spec) => live(() => requestLease(spec)),
     // Arguments are checked here, in order, before writeCommand reads or writes anything.
-    async release(id, options) {
-      checkText(id, 'leaseId');
-      const o = checkCommandOptions(options, 'release', ['reason', 'author']);
-      return writeCommand('lease', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null);
-    },
-    async releaseResource(id, options) {
-      checkText(id, 'resourceId');
-      const o = checkCommandOptions(options, 'releaseResource', ['reason', 'author']);
-      return writeCommand('resource', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null);
-    },
-    async reclaimResource(id, options) {
-      checkText(id, 'resourceId');
-      const o = checkCommandOptions(options, 'reclaimResource', ['author']);
-      return writeCommand('resource', id, 'reclaim', {}, o.author ?? null);
-    },
-    async breakResource(id, reason, options) {
-      checkText(id, 'resourceId');
-      // The reason is what the broken leases report: a missing one must not be recorded as "undefined".
-      checkText(reason, 'reason');
-      const o = checkCommandOptions(options, 'breakResource', ['author']);
-      return writeCommand('resource', id, 'break', { reason }, o.author ?? null);
-    },
+    release: (id, options) =>
+      live(async () => {
+        checkText(id, 'leaseId');
+        const o = checkCommandOptions(options, 'release', ['reason', 'author']);
+        return writeCommand('lease', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null);
+      }),
+    releaseResource: (id, options) =>
+      live(async () => {
+        checkText(id, 'resourceId');
+        const o = checkCommandOptions(options, 'releaseResource', ['reason', 'author']);
+        return writeCommand('resource', id, 'release', { reason: o.reason ?? 'released' }, o.author ?? null);
+      }),
+    reclaimResource: (id, options) =>
+      live(async () => {
+        checkText(id, 'resourceId');
+        const o = checkCommandOptions(options, 'reclaimResource', ['author']);
+        return writeCommand('resource', id, 'reclaim', {}, o.author ?? null);
+      }),
+    breakResource: (id, reason, options) =>
+      live(async () => {
+        checkText(id, 'resourceId');
+        // The reason is what the broken leases report: a missing one must not be recorded as "undefined".
+        checkText(reason, 'reason');
+        const o = checkCommandOptions(options, 'breakResource', ['author']);
+        return writeCommand('resource', id, 'break', { reason }, o.author ?? null);
+      }),
     leases: {
-      async get(id) {
-        checkText(id, 'id');
-        const row = await store.lease(id);
-        return row ? publicLease(row) : null;
-      },
-      async list(query) {
+      get: (id) =>
+        live(async () => {
+          checkText(id, 'id');
+          const row = await store.lease(id);
+          return row ? publicLease(row) : null;
+        }),
+      list: (query) => live(async () => {
         const q = checkFilter(query, { call: 'leases.list', field: 'query' }, ['type', 'owner', 'resource'], ['status']) as LeaseQuery;
         const statuses = statusFilter(q.status, LEASE_STATUSES, 'status');
         const rows = await db.query(
@@ -601,15 +667,16 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
           [statuses, q.type ?? null, q.owner ?? null, q.resource ?? null],
         );
         return rows.map((r) => publicLease(mapLease(r)));
-      },
+      }),
     },
     resources: {
-      async get(id) {
-        checkText(id, 'id');
-        const row = await store.resource(id);
-        return row ? publicResource(row) : null;
-      },
-      async list(query) {
+      get: (id) =>
+        live(async () => {
+          checkText(id, 'id');
+          const row = await store.resource(id);
+          return row ? publicResource(row) : null;
+        }),
+      list: (query) => live(async () => {
         const q = checkFilter(query, { call: 'resources.list', field: 'query' }, ['type', 'blueprint'], ['status']) as ResourceQuery;
         const statuses = statusFilter(q.status, RESOURCE_STATUSES, 'status');
         const rows = await db.query(
@@ -618,9 +685,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
           [statuses, q.type ?? null, q.blueprint ?? null],
         );
         return rows.map((r) => publicResource(mapResource(r)));
-      },
+      }),
     },
-    async logs(options) {
+    logs: (options) => live(async () => {
       const filter = checkFilter(options, { call: 'logs', field: 'filter' }, ['lease', 'resource', 'blueprint', 'type']);
       const rows = await db.query(
         `SELECT * FROM ${store.s}.logs WHERE ($1::text IS NULL OR lease_id = $1) AND ($2::text IS NULL OR resource_id = $2)
@@ -628,31 +695,37 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         [filter.lease ?? null, filter.resource ?? null, filter.blueprint ?? null, filter.type ?? null],
       );
       return rows.map(toLogEntry);
-    },
+    }),
     on(event, listener) {
+      if (closed) throw new BrokerClosedError();
       checkSubscription(event, listener, BROKER_EVENTS);
       return events.on(event, listener);
     },
-    stats: () => computeStats(store, clock.now(), blueprints),
-    async gc(options) {
-      if (closed) throw new BrokerClosedError();
-      const o = checkOptions(options, ['olderThan'], { call: 'gc' }) as { olderThan?: DurationInput };
-      const olderThan = o.olderThan === undefined ? retention : parseDuration(o.olderThan, 'olderThan');
-      return collectGarbage(store, clock.now().minus(olderThan));
-    },
+    stats: () => live(() => computeStats(store, clock.now(), blueprints)),
+    gc: (options) =>
+      live(async () => {
+        const o = checkOptions(options, ['olderThan'], { call: 'gc' }) as { olderThan?: DurationInput };
+        const olderThan = o.olderThan === undefined ? retention : parseDuration(o.olderThan, 'olderThan');
+        return collectGarbage(store, clock.now().minus(olderThan));
+      }),
     async close(options) {
       // Refuse bad options before anything changes: a refused close leaves the broker as it was.
       const o = checkOptions(options, ['grace'], { call: 'close' }) as { grace?: DurationInput };
       const grace = o.grace === undefined ? closeGrace : parseDuration(o.grace, 'grace');
-      if (closed) return;
-      closed = true;
-      clearInterval(gcTimer);
-      await gcRunning;
-      if (engine) await engine.stop(grace);
-      abort.abort(new BrokerClosedError());
-      await listener?.stop();
-      await db.execute(store.sql.releaseClaims, [workerId]).catch(() => undefined);
-      await db.close();
+      // Every close() shares the first one's promise: none resolves before the database is closed.
+      closing ??= (async () => {
+        closed = true;
+        clearInterval(gcTimer);
+        await gcRunning;
+        // Passes in flight and requests running their hooks inline (acquire) get the grace period.
+        if (engine) await engine.stop(grace);
+        abort.abort(new BrokerClosedError());
+        closedEvents.emit('closed');
+        await listener?.stop();
+        await db.execute(store.sql.releaseClaims, [workerId]).catch(() => undefined);
+        await db.close();
+      })();
+      return closing;
     },
     [Symbol.asyncDispose]: () => broker.close(),
   };
@@ -681,7 +754,7 @@ async function computeStats(store: Store, now: DateTime, blueprints: Map<string,
   const zero = <S extends string>(list: readonly S[]) => Object.fromEntries(list.map((s) => [s, 0])) as Record<S, number>;
   const result: BrokerStats = { blueprints: {}, types: {} };
   for (const b of blueprints.values()) {
-    result.blueprints[b.name] = { type: b.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {} };
+    result.blueprints[b.name] = { type: b.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null };
     result.types[b.type] ??= { leases: zero(LEASE_STATUSES), waiting: 0, live: 0, deletionLane: 0, oldestAgeMs: {} };
   }
   const age = (at: Date | string | null) => (at ? Math.max(0, now.toMillis() - fromDb(at)!.toMillis()) : undefined);
@@ -690,7 +763,7 @@ async function computeStats(store: Store, now: DateTime, blueprints: Map<string,
      FROM ${store.s}.resources GROUP BY blueprint, type, status, (phase = 'destroy')`,
   );
   for (const r of resources) {
-    const s = (result.blueprints[r.blueprint] ??= { type: r.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {} });
+    const s = (result.blueprints[r.blueprint] ??= { type: r.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null });
     const status = r.status as ResourceStatus;
     s.resources[status] += Number(r.n);
     if (status === 'pending') s.allocating += Number(r.n);
@@ -706,6 +779,10 @@ async function computeStats(store: Store, now: DateTime, blueprints: Map<string,
       const a = age(r.oldest);
       if (a !== undefined) s.oldestAgeMs[key] = Math.max(s.oldestAgeMs[key] ?? 0, a);
     }
+  }
+  for (const f of await store.blueprintFailures()) {
+    const s = result.blueprints[f.blueprint];
+    if (s) s.failures = { streak: f.streak, lastError: f.lastError, lastFailureAt: f.lastFailureAt.toISO()!, retryAt: f.retryAt.toISO()! };
   }
   const leases = await store.db.query(`SELECT type, status, count(*)::int AS n, min(status_changed_at) AS oldest FROM ${store.s}.leases GROUP BY type, status`);
   for (const l of leases) {

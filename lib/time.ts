@@ -66,3 +66,10 @@ export function fromDb(value: Date | string | null | undefined): DateTime | null
 export function toDb(value: DateTime | null | undefined): string | null {
   return value ? value.toUTC().toISO() : null;
 }
+
+/** A duration as a person reads it in a message: "1.5 seconds", "2 minutes", "250 milliseconds". */
+export function humanDuration(duration: Duration): string {
+  const ms = duration.toMillis();
+  const unit = ms < 1_000 ? 'milliseconds' : ms < 60_000 ? 'seconds' : ms < 3_600_000 ? 'minutes' : 'hours';
+  return duration.shiftTo(unit).toHuman({ maximumFractionDigits: 1 });
+}

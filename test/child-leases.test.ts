@@ -1,5 +1,7 @@
+import { createBroker, LeaseBrokenError } from '../lib/index.js';
 import { fakeBlueprint, type TestBroker } from '../lib/testing/index.js';
-import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
+import { engineErrors, guardBrokers, testBroker, track } from './helpers/broker.js';
+import { testDatabase } from './helpers/tier.js';
 
 guardBrokers();
 
@@ -142,6 +144,43 @@ describe('child leases', () => {
     expect((await broker.leases.get(lease.id))!.status).toBe('destroyed');
     expect((await broker.resources.get(lease.resource.id))!.status).toBe('destroyed');
     expect((await broker.leases.get(child!.id))!.status).toBe('destroyed');
+    await broker.close();
+  });
+});
+
+// Issue 9, bug 10: the suites only ever nested a child one level down (working copy → host),
+// so a cycle (A's resource takes a B, whose resource takes an A) stayed pending forever, unseen.
+describe('a cycle of child leases, real clock', () => {
+  test('the top lease breaks with "child lease cycle: A → B → A", and every object of the chain settles', async () => {
+    const a = fakeBlueprint({ name: 'A', type: 'a', child: { type: 'b' } });
+    const b = fakeBlueprint({ name: 'B', type: 'b', child: { type: 'a' } });
+    const broker = track(await createBroker({ database: testDatabase(), blueprints: [a, b] }));
+    const error = await broker.acquire({ type: 'a', owner: 'ci', timeout: { seconds: 20 } }).catch((e) => e);
+    expect(error).toBeInstanceOf(LeaseBrokenError);
+    expect(error.message).toMatch(/child lease cycle: A → B → A/);
+    const deadline = Date.now() + 15_000;
+    const live = async () => {
+      const leases = await broker.leases.list({ status: ['pending', 'acquired', 'active', 'released', 'broken'] });
+      const resources = await broker.resources.list({ status: ['pending', 'active', 'released', 'broken'] });
+      return leases.length + resources.length;
+    };
+    while ((await live()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(await live()).toBe(0);
+    // B's resource asked for an A once, and never again: the chain was refused, not retried.
+    expect(b.calls.allocateResource).toBe(1);
+    const failures = await broker.logs({ type: 'hook.failure' });
+    expect(failures.some((l) => String(l.data.error).includes('child lease cycle: A → B → A'))).toBe(true);
+    await broker.close();
+  });
+
+  test('a child of the same type through another blueprint is no cycle', async () => {
+    const metal = fakeBlueprint({ name: 'metal', type: 'host' });
+    const vm = fakeBlueprint({ name: 'vm', type: 'host', child: { type: 'host' } });
+    const broker = track(await createBroker({ database: testDatabase(), blueprints: [metal, vm] }));
+    // The vm's child host may come from metal: allowed (the parent chain holds vm only).
+    await using lease = await broker.acquire({ type: 'host', blueprints: ['vm'], owner: 'ci', timeout: { seconds: 20 } });
+    expect(lease.resource.blueprint).toBe('vm');
+    await lease.release();
     await broker.close();
   });
 });

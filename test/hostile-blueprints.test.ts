@@ -29,6 +29,10 @@ async function waitFor(done: () => boolean | Promise<boolean>, what: string, ms 
 
 type AnyHook = (ctx: any) => unknown;
 
+/** Waits until the leases have logged `n` failed allocations (the backoff that follows is then scheduled). */
+const failedAllocations = (broker: TestBroker, n: number) =>
+  waitFor(async () => (await broker.logs({ type: 'lease.allocation-failure' })).length >= n, `${n} failed allocation(s)`);
+
 /** A blueprint of type `hostile` (or `type`) whose hooks are the given functions; allocateResource defaults to a well-behaved one. */
 function hostile(name: string, hooks: Record<string, AnyHook>, options: { type?: string; timeouts?: HookTimeouts; limits?: BlueprintLimits } = {}) {
   const implementation = defineBlueprint({
@@ -155,7 +159,9 @@ describe('hooks that never resolve are bounded by their timeouts', () => {
     await allocate.reached(1);
     broker.clock.advance({ seconds: 5 });
     expect(allocate.calls[0]!.signal.aborted).toBe(true);
-    // the lease allocates again at once: the second resource builds, and its activation hangs
+    // a failed build: the lease and the blueprint back off 1 s, then the second resource builds, and its activation hangs
+    await failedAllocations(broker, 1);
+    broker.clock.advance({ seconds: 1 });
     await activate.reached(1);
     broker.clock.advance({ milliseconds: 4999 });
     expect(activate.calls[0]!.signal.aborted).toBe(false);
@@ -163,6 +169,9 @@ describe('hooks that never resolve are bounded by their timeouts', () => {
     expect(activate.calls[0]!.signal.aborted).toBe(true);
     expect(activate.calls[0]!.signal.reason).toBeInstanceOf(HookTimeoutError);
     await idle;
+    // the second failure in a row: 2 s of backoff before the third resource
+    await failedAllocations(broker, 2);
+    await broker.advance({ seconds: 2 });
 
     expect(await handle.status()).toBe('active');
     const [first, second, third] = await broker.resources.list();
@@ -323,9 +332,10 @@ describe('hooks that throw values that are not Errors', () => {
       return { what, value, readable, name, bp };
     });
     const broker = await testBroker({ blueprints: cases.map((c) => c.bp) }); // backoff from 1 s
-    // allocateResource throws: that resource breaks; the lease gets a second one, where activateLease throws: the lease breaks
+    // allocateResource throws: that resource breaks; after its 1 s backoff the lease gets a second one, where activateLease throws: the lease breaks
     const firsts = cases.map((c) => broker.acquire({ type: c.name }).catch((e: unknown) => e));
     await broker.runUntilIdle();
+    await broker.advance({ seconds: 1 });
     const errors = await Promise.all(firsts);
     // then destroy hooks throw it once: the destroys are retried after their backoff and succeed
     for (const c of cases) {
@@ -405,6 +415,8 @@ describe('hooks that return malformed data', () => {
     const broker = await testBroker({ blueprints: cases.map((c) => c.bp) });
     const outcomes = cases.map((c) => broker.acquire({ type: c.name }).then((lease) => lease.status, (e: unknown) => e));
     await broker.runUntilIdle();
+    // A broken resource is a failed build: its blueprint and its lease back off 1 s before the second.
+    await broker.advance({ seconds: 1 });
     const settled = await Promise.all(outcomes);
 
     const observed: Record<string, unknown> = {};

@@ -1,6 +1,7 @@
-import { defineBlueprint, type JsonObject } from '../lib/index.js';
+import { createBroker, defineBlueprint, LeaseTimeoutError, type JsonObject } from '../lib/index.js';
 import type { TestBroker } from '../lib/testing/index.js';
-import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
+import { engineErrors, guardBrokers, testBroker, track } from './helpers/broker.js';
+import { testDatabase } from './helpers/tier.js';
 import { pump, rows } from './helpers/pump.js';
 
 guardBrokers();
@@ -114,6 +115,53 @@ describe('slot locks', () => {
       ['a', next.id],
       ['host:h1', next.resource.id],
     ]);
+    await broker.close();
+  });
+});
+
+// Issue 9, bug 8: the slot-lock tests only took locks in acquireLease; a conflict inside
+// allocateResource (two pools over one host) escaped as a failed worker pass and was
+// retried forever, with only resource.resume rows to show for it.
+describe('a slot-lock conflict inside allocateResource, real clock', () => {
+  const pool = (name: string, calls: { n: number }) =>
+    defineBlueprint({
+      type: 'host',
+      async allocateResource(ctx) {
+        calls.n++;
+        ctx.lockSlots(['host:h1']);
+        return { attributes: { host: 'h1' } };
+      },
+    })({ name, limits: { maxResources: 1 } });
+
+  test('is logged as one coalesced slot-lock-failure, retried with backoff while a lease waits, and the resource is released once none does', async () => {
+    const first = { n: 0 };
+    const second = { n: 0 };
+    const broker = track(
+      await createBroker({ database: testDatabase(), blueprints: [pool('p1', first), pool('p2', second)], backoff: { initial: { milliseconds: 100 }, max: { seconds: 1 } } }),
+    );
+    await using holder = await broker.acquire({ type: 'host', blueprints: ['p1'], owner: 'holder' });
+    expect(holder.resource.blueprint).toBe('p1');
+    const error = await broker.acquire({ type: 'host', blueprints: ['p2'], owner: 'waiter', timeout: { milliseconds: 1_500 } }).catch((e) => e);
+    expect(error).toBeInstanceOf(LeaseTimeoutError);
+    // 100, 200, 400, 800 ms apart: a handful of tries in 1.5 s, not a tight loop.
+    expect(second.n).toBeGreaterThanOrEqual(2);
+    expect(second.n).toBeLessThanOrEqual(6);
+    const conflicts = await broker.logs({ type: 'resource.slot-lock-failure' });
+    expect(conflicts).toHaveLength(1);
+    expect(conflicts[0]!.count).toBe(second.n);
+    expect(conflicts[0]!.data.keys).toEqual(['host:h1']);
+    // No lease wants p2's resource any more: it is released and destroyed, not pending forever.
+    const deadline = Date.now() + 10_000;
+    let p2 = await broker.resources.list({ blueprint: 'p2' });
+    while (p2.some((r) => r.status !== 'destroyed') && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      p2 = await broker.resources.list({ blueprint: 'p2' });
+    }
+    expect(p2.map((r) => r.status)).toEqual(['destroyed']);
+    const tries = second.n;
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(second.n).toBe(tries);
+    await holder.release();
     await broker.close();
   });
 });

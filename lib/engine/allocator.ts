@@ -2,11 +2,12 @@ import type { Blueprint } from '../blueprint/contract.js';
 import { NoBlueprintError } from '../errors/no-blueprint-error.js';
 import type { DateTime } from 'luxon';
 import type { JsonObject } from '../model/spec.js';
-import { mapResource, slotConflictKeys, type LeaseRow, type NewLease, type ResourceRow } from '../store/store.js';
+import { HookError } from '../errors/hook-error.js';
+import { mapBlueprintFailure, mapResource, slotConflictKeys, type BlueprintFailure, type LeaseRow, type NewLease, type ResourceRow } from '../store/store.js';
 import { toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
-import { baseContext, callHook, errorCode, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
-import { at, blueprintsForType, REREAD, type HookFailure, type LeaseMoved, type LeaseStep, type Runtime } from './runtime.js';
+import { baseContext, callHook, hookFailureLog, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
+import { at, backoffDelay, blueprintsForType, REREAD, type HookFailure, type LeaseMoved, type LeaseStep, type Runtime } from './runtime.js';
 
 interface Claim {
   chained: boolean;
@@ -20,6 +21,8 @@ interface Reasons {
   list: string[];
   /** A hook refused this lease (canEverAllocate, canAllocate or canAcquireLease said no): a differently shaped lease might fare better. */
   leaseSpecific: boolean;
+  /** The earliest time a backoff that held this pass back ends (the lease's own, or a blueprint's): look again then. */
+  retryAt?: DateTime;
 }
 
 /**
@@ -60,6 +63,10 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
     if (driven?.status === 'active' && blueprint) {
       const got = await tryAcquire(rt, lease, driven, blueprint, reasons);
       if (got !== 'no') return got;
+    }
+    // The resource this lease had built broke before it could serve it: a failed allocation.
+    if (driven?.brokenReason && (driven.status === 'broken' || driven.status === 'destroyed')) {
+      return allocationFailed(rt, lease, driven.blueprint, driven.brokenReason);
     }
     await store.single((u) => u.sql.query(store.sql.forgetReservation, [lease.id, lease.allocatingResourceId]));
     lease.allocatingResourceId = null;
@@ -221,9 +228,7 @@ export async function hookTrouble(rt: Runtime, lease: LeaseRow, result: HookFail
     return at(result.at);
   }
   if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
-  await store.single((u) =>
-    store.log(u, { type: 'hook.failure', data: { hook: result.error.hook, error: result.error.message, code: errorCode(result.error), retry: false }, lease: lease.id, blueprint: result.error.blueprint }),
-  );
+  await store.single((u) => store.log(u, hookFailureLog(result.error, { lease: lease.id })));
   await breakLease(rt, lease, result.error.message);
   return REREAD;
 }
@@ -312,26 +317,27 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
     const keys = slotConflictKeys(error);
     if (!keys) throw error;
     const data = { keys, resource: resource.id };
-    await store.unit(async (u) => {
-      // Invariant 5: the same conflict seen again on a recheck bumps its row instead of writing a new one.
-      const [last] = await u.sql.query(
-        `SELECT id, data FROM ${store.s}.logs WHERE lease_id = $1 AND type = 'lease.slot-lock-failure' AND at >= $2 ORDER BY id DESC LIMIT 1`,
-        [lease.id, toDb(lease.statusChangedAt)],
-      );
-      const same = last !== undefined && last.data?.resource === data.resource && JSON.stringify(last.data?.keys) === JSON.stringify(data.keys);
-      if (!(same && (await store.bumpLog(u, Number(last.id), data)))) {
-        await store.log(u, { type: 'lease.slot-lock-failure', data, lease: lease.id, resource: resource.id, blueprint: blueprint.name });
-      }
-    });
+    // Invariant 5: the same conflict seen again on a recheck bumps its row instead of writing a new one.
+    await store.unit((u) =>
+      store.logCoalesced(u, { type: 'lease.slot-lock-failure', data, lease: lease.id, resource: resource.id, blueprint: blueprint.name }, ['resource', 'keys'], lease.statusChangedAt),
+    );
     reasons.list.push(`slot locks ${keys.join(', ')} are held`);
     return 'no';
   }
 }
 
-type AllocateResult = 'allocated' | 'look-again' | 'no' | 'rate-limited' | 'full' | LeaseStep;
+type AllocateResult = 'allocated' | 'look-again' | 'no' | 'rate-limited' | 'backing-off' | 'full' | LeaseStep;
+
+/** What the allocation transaction decided; the two objects are handled once it has ended. */
+type AllocationDecision = 'allocated' | 'look-again' | 'rate-limited' | 'full' | { backingOff: BlueprintFailure } | { policyFailed: HookError };
 
 async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<AllocateResult> {
   const { store } = rt;
+  if (lease.allocateAfter && lease.allocateAfter > rt.clock.now()) {
+    reasons.list.push(`this lease backs off after ${lease.allocationFailures} failed allocation(s), until ${lease.allocateAfter.toISO()}`);
+    reasons.retryAt = earliest(reasons.retryAt, lease.allocateAfter);
+    return 'backing-off';
+  }
   const can = await leaseHook<boolean>(rt, blueprint, 'canAllocate', lease, true);
   if (!can.ok) return hookTrouble(rt, lease, can);
   if (!can.value) {
@@ -340,7 +346,7 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     return 'no';
   }
   const resourceId = store.newId('res');
-  const result = await store.unit(async (u) => {
+  const result = await store.unit(async (u): Promise<AllocationDecision> => {
     // A hand-off may have reserved an active resource for this lease since the pass read it:
     // then use that one (the caller looks again) instead of overwriting the pointer, which
     // would leave that resource reserved for a lease that never comes for it.
@@ -348,8 +354,16 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     if (!pointer || pointer.allocating_resource_id) return 'look-again' as const;
     // Short and hook-free: allocation decisions of one blueprint are serialized here.
     await u.sql.query(store.sql.allocationLock, [`slipway:alloc:${store.db.schema}:${blueprint.name}`]);
-    const [counts] = await u.sql.query<{ allocating: number; active: number }>(store.sql.allocationCounts, [blueprint.name]);
-    const limit = blueprint.limits.allocationLimit(Number(counts.active));
+    const [counts] = await u.sql.query<{ allocating: number; active: number; failure: Record<string, unknown> | null }>(store.sql.allocationCounts, [blueprint.name]);
+    const failure = counts.failure ? mapBlueprintFailure(counts.failure) : null;
+    if (failure && failure.retryAt > u.now) return { backingOff: failure };
+    let limit: number;
+    try {
+      limit = blueprint.limits.allocationLimit(Number(counts.active));
+    } catch (thrown) {
+      // A policy function of the blueprint threw: its failure, like a hook's (nothing written yet).
+      return { policyFailed: new HookError(blueprint.name, 'limits.allocationLimit', thrown) };
+    }
     if (Number(counts.allocating) >= limit) return 'rate-limited' as const;
     const max = blueprint.limits.maxResources;
     if (max !== null) {
@@ -371,10 +385,52 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     if (Number(counts.allocating) + 1 < limit) await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
     return 'allocated' as const;
   });
+  if (typeof result === 'object') {
+    if ('policyFailed' in result) return policyFailed(rt, lease, blueprint, result.policyFailed);
+    const f = result.backingOff;
+    reasons.list.push(`${blueprint.name} backs off after ${f.streak} failure(s) in a row (last: ${f.lastError}), until ${f.retryAt.toISO()}`);
+    reasons.retryAt = earliest(reasons.retryAt, f.retryAt);
+    return 'backing-off';
+  }
   if (result === 'allocated') crashPoint('allocate.recorded');
   if (result === 'rate-limited') reasons.list.push(`${blueprint.name} is at its allocation limit`);
   if (result === 'full') reasons.list.push(`${blueprint.name} is at maxResources (${blueprint.limits.maxResources})`);
   return result;
+}
+
+function earliest(a: DateTime | undefined, b: DateTime): DateTime {
+  return a && a < b ? a : b;
+}
+
+/** A policy function threw: the blueprint's failure streak grows, and the lease counts a failed allocation. */
+async function policyFailed(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, error: HookError): Promise<LeaseStep> {
+  const { store } = rt;
+  await store.unit(async (u) => {
+    await store.log(u, hookFailureLog(error, { lease: lease.id }));
+    await store.blueprintFailed(u, blueprint.name, error.message, rt.backoff);
+  });
+  return allocationFailed(rt, lease, blueprint.name, error.message);
+}
+
+/**
+ * An allocation this lease drove failed (its resource broke before serving it, or a
+ * policy function threw). The lease counts it and starts no new allocation before its
+ * capped exponential backoff has passed; after `maxAllocationFailures` in a row it breaks
+ * with the last error. Either way the pass ends here: no retry in the same pass.
+ */
+async function allocationFailed(rt: Runtime, lease: LeaseRow, blueprint: string, error: string): Promise<LeaseStep> {
+  const { store } = rt;
+  const failures = lease.allocationFailures + 1;
+  const retryAt = rt.clock.now().plus(backoffDelay(rt, failures));
+  const giveUp = failures >= rt.maxAllocationFailures;
+  await store.unit(async (u) => {
+    if (lease.allocatingResourceId) await u.sql.query(store.sql.forgetReservation, [lease.id, lease.allocatingResourceId]);
+    await store.update(u, 'lease', lease.id, 'pending', { allocation_failures: failures, last_failure: error, allocate_after: giveUp ? null : retryAt });
+    await store.log(u, { type: 'lease.allocation-failure', data: { blueprint, reason: error, attempt: failures, retryAt: giveUp ? null : retryAt.toISO() }, lease: lease.id, blueprint });
+  });
+  if (!giveUp) return at(retryAt);
+  await breakLease(rt, { ...lease, allocatingResourceId: null }, `allocation failed ${failures} times in a row; last: ${error}`);
+  return REREAD;
 }
 
 /** Asks an idle resource of a full blueprint to release itself (a command: the resource's own worker decides). */
@@ -416,6 +472,7 @@ async function wait(rt: Runtime, lease: LeaseRow, claim: Claim, names: string[],
   // limit, every resource taken), the wake stops here.
   if (claim.chained && reasons.leaseSpecific) await store.single((u) => store.wakeNextWaiting(u, [lease.type], names, lease));
   let next = rt.clock.now().plus(rt.waitRecheck);
+  if (reasons.retryAt && reasons.retryAt < next) next = reasons.retryAt;
   if (lease.deadlineAt && lease.deadlineAt < next) next = lease.deadlineAt;
   if (lease.expiresAt && lease.expiresAt < next) next = lease.expiresAt;
   return at(next);

@@ -1,3 +1,4 @@
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import PQueue from 'p-queue';
 import { Duration, type DateTime } from 'luxon';
 import type { ObjectKind } from '../model/states.js';
@@ -44,7 +45,10 @@ export class Engine {
    * is set, so an idle broker does not re-read the queue after each pass.
    */
   private maybeDue = true;
+  /** No new claims: `stop()` began. */
   private stopped = false;
+  /** Past the grace period: outcomes of passes still running are no longer recorded. */
+  private halted = false;
   private sweepTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private cancelScheduled: (() => void) | undefined;
@@ -69,7 +73,7 @@ export class Engine {
 
   /** Look for work now. Cheap and idempotent: many pokes while a poll runs cause one more poll. */
   poke() {
-    if (this.stopped) return;
+    if (this.stopped) return this.notifyIdle();
     this.maybeDue = true;
     if (this.polling) {
       this.pollAgain = true;
@@ -88,6 +92,9 @@ export class Engine {
   }
 
   private async poll() {
+    // Invariant 8: every pass and poll starts on a fresh turn of the event loop, so a
+    // blueprint that fails at once, forever, cannot keep the host's timers and I/O from running.
+    await yieldToEventLoop();
     try {
       const free = this.options.concurrency - this.inflight.size - this.reserved;
       if (free <= 0) return; // still maybe due: the next pass to end polls
@@ -136,10 +143,14 @@ export class Engine {
     this.notifyIdle();
   }
 
-  /** Runs a work item created claimed by this worker in a slot `reserve` promised. */
+  /**
+   * Runs a work item created claimed by this worker in a slot `reserve` promised. While
+   * the broker closes, within its grace period, it still runs: it is the rest of an
+   * `acquire()` whose hooks ran inline, which `close()` waits for.
+   */
   adopt(kind: ObjectKind, id: string, moved?: LeaseMoved): void {
     this.reserved--;
-    if (this.stopped) return;
+    if (this.halted) return this.notifyIdle();
     const item: ClaimedItem = { kind, id, wakeCount: 0, chained: false, attempts: 0, moved };
     this.inflight.set(`${kind}:${id}`, item);
     void this.queue.add(() => this.run(item));
@@ -169,6 +180,7 @@ export class Engine {
   private async run(item: ClaimedItem) {
     const key = `${item.kind}:${item.id}`;
     const { store, clock, workerId } = this.rt;
+    await yieldToEventLoop();
     try {
       let outcome: Outcome;
       try {
@@ -177,14 +189,14 @@ export class Engine {
             ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts }, item.moved)
             : await processResource(this.rt, { id: item.id, attempts: item.attempts });
       } catch (error) {
-        if (this.stopped) return;
+        if (this.halted) return;
         // A failure of the library's own writes (a refused CAS, a lost connection): retry with backoff.
         this.errors.push(error);
         this.rt.logger.warn({ err: error, object: key }, 'slipway: a worker pass failed; it will be retried');
         const attempts = item.attempts + 1;
         outcome = { next: 'at', at: clock.now().plus({ milliseconds: Math.min(30_000, 100 * 2 ** attempts) }), attempts };
       }
-      if (this.stopped) return;
+      if (this.halted) return;
       crashPoint('pass.decided');
       if (outcome.next === 'delete') {
         const deleted = await store.db.execute(`${store.sql.deleteWork} AND claimed_by = $3 AND wake_count = $4`, [item.kind, item.id, workerId, item.wakeCount]);
@@ -199,7 +211,7 @@ export class Engine {
       else if (finished && runAt) this.scheduleAt(runAt);
     } catch (error) {
       this.maybeDue = true;
-      if (!this.stopped) {
+      if (!this.halted) {
         this.errors.push(error);
         this.rt.logger.error({ err: error, object: key }, 'slipway: recording a work item failed; its claim will expire and be retried');
       }
@@ -212,7 +224,7 @@ export class Engine {
   }
 
   private async heartbeat() {
-    if (this.inflight.size === 0 || this.stopped) return;
+    if (this.inflight.size === 0 || this.halted) return;
     const { store, clock, workerId } = this.rt;
     try {
       await store.db.execute(store.sql.heartbeat, [[...this.inflight.keys()], workerId, toDb(clock.now().plus(this.options.claimTtl))]);
@@ -251,19 +263,34 @@ export class Engine {
     throw new Error('runUntilIdle: work kept becoming due (10000 rounds)');
   }
 
-  /** Stops claiming; waits up to `grace` for passes in flight; leaves every row as it is. */
+  /**
+   * Stops claiming; waits up to `grace` for passes in flight and for requests running
+   * their hooks inline (`reserve`d slots, acquire's fast path); leaves every row as it is.
+   * Heartbeats go on meanwhile, so no other broker takes over a pass that is finishing.
+   */
   async stop(grace: Duration): Promise<void> {
     this.stopped = true;
     clearInterval(this.sweepTimer);
-    clearInterval(this.heartbeatTimer);
     this.cancelScheduled?.();
-    const idle = this.queue.onIdle();
+    const drained = new Promise<'idle'>((resolve) => {
+      const check = async () => {
+        // A queued or running pass is in `inflight` from its claim to the end of its `run`.
+        while (this.reserved > 0 || this.inflight.size > 0) {
+          await new Promise<void>((wake) => this.idleWaiters.push(wake));
+        }
+        resolve('idle');
+      };
+      void check();
+      this.notifyIdle();
+    });
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), grace.toMillis())));
-    const result = await Promise.race([idle.then(() => 'idle' as const), timedOut]);
+    const result = await Promise.race([drained, timedOut]);
     clearTimeout(timer);
+    this.halted = true;
+    clearInterval(this.heartbeatTimer);
     this.queue.clear();
-    if (result === 'timeout') this.rt.logger.warn({ inflight: [...this.inflight.keys()] }, 'slipway: closing with hooks still in flight; they will be resumed');
+    if (result === 'timeout') this.rt.logger.warn({ inflight: [...this.inflight.keys()], inline: this.reserved }, 'slipway: closing with hooks still in flight; they will be resumed');
   }
 
   inflightKeys(): string[] {

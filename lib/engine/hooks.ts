@@ -6,7 +6,7 @@ import { HookTimeoutError } from '../errors/hook-timeout-error.js';
 import { hookCrashPoint } from './crash-points.js';
 import { RetryLater } from '../errors/retry-later.js';
 import { assertJson, isPlainObject, type JsonObject } from '../model/spec.js';
-import type { LeaseRow, ResourceRow } from '../store/store.js';
+import type { LeaseRow, LogInsert, ResourceRow } from '../store/store.js';
 import { backoffDelay, type Runtime } from './runtime.js';
 
 /** Thrown inside a hook by `ctx.acquireLease` while the child lease is not active yet: the object parks until the child moves. */
@@ -122,6 +122,11 @@ export function errorCode(error: HookError): string | null {
   } catch {
     return null; // a code getter that throws, or a revoked Proxy
   }
+}
+
+/** The `hook.failure` entry of a hook that failed for good (no retry). */
+export function hookFailureLog(error: HookError, target: { lease?: string; resource?: string }): LogInsert<'hook.failure'> {
+  return { type: 'hook.failure', data: { hook: error.hook, error: error.message, code: errorCode(error), retry: false }, blueprint: error.blueprint, ...target };
 }
 
 export function resourceView(r: ResourceRow): ResourceView {

@@ -1,10 +1,10 @@
 import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
-import { toDb } from '../time.js';
+import { humanDuration, toDb } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
-import { baseContext, callHook, errorCode, leaseView, resourceView } from './hooks.js';
+import { baseContext, callHook, errorCode, hookFailureLog, leaseView, resourceView } from './hooks.js';
 import { at, backoffDelay, DELETE, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
@@ -46,7 +46,7 @@ export async function processLease(rt: Runtime, claim: LeaseClaim, known?: Lease
     } else if (LEASE_STATE_FLAGS[lease.status].live && lease.expiresAt && lease.expiresAt <= now) {
       result = await release(rt, lease, 'lease.expired', { at: lease.expiresAt.toISO()! }, 'expired');
     } else if (LEASE_STATE_FLAGS[lease.status].live && lease.status !== 'active' && lease.deadlineAt && lease.deadlineAt <= now) {
-      result = await release(rt, lease, 'lease.timeout', { timeout: 'its acquire timeout' }, 'timeout');
+      result = await release(rt, lease, 'lease.timeout', { timeout: timeoutText(lease) }, 'timeout');
     } else {
       switch (lease.status) {
         case 'pending':
@@ -76,11 +76,12 @@ export async function processLease(rt: Runtime, claim: LeaseClaim, known?: Lease
 }
 
 /** Expiry and acquire timeout: the lease's own worker releases it, and records the intent to destroy it with that. */
-async function release(rt: Runtime, lease: LeaseRow, type: 'lease.expired' | 'lease.timeout', data: any, reason: string): Promise<LeaseStep> {
+async function release(rt: Runtime, lease: LeaseRow, type: 'lease.expired' | 'lease.timeout', data: any, reason: 'expired' | 'timeout'): Promise<LeaseStep> {
   const { store } = rt;
   const row = await store.unit(async (u) => {
     // The row the CAS returns: a hand-off may have pointed the lease at a reserved resource since it was read.
-    const left = await store.casLease(u, lease.id, lease.status, 'released', { phase: 'destroy', phase_attempts: 1 }, {
+    // `end_cause` tells a waiter which error to report (LeaseTimeoutError for a timeout).
+    const left = await store.casLease(u, lease.id, lease.status, 'released', { phase: 'destroy', phase_attempts: 1, end_cause: reason }, {
       logs: [
         { type, data, lease: lease.id },
         { type: 'lease.released', data: { reason, author: null }, lease: lease.id },
@@ -90,6 +91,11 @@ async function release(rt: Runtime, lease: LeaseRow, type: 'lease.expired' | 'le
     return left;
   });
   return { lease: row, intent: 'destroy' };
+}
+
+/** The acquire timeout as a person reads it ("5 seconds"), from the lease's own deadline. */
+function timeoutText(lease: LeaseRow): string {
+  return humanDuration(lease.deadlineAt!.diff(lease.createdAt));
 }
 
 function blueprintOf(rt: Runtime, resource: ResourceRow | null): Blueprint<any, any, any> | undefined {
@@ -141,9 +147,7 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
       return at(result.at);
     }
     if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
-    await store.single((u) =>
-      store.log(u, { type: 'hook.failure', data: { hook: 'activateLease', error: result.error.message, code: errorCode(result.error), retry: false }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }),
-    );
+    await store.single((u) => store.log(u, hookFailureLog(result.error, { lease: lease.id, resource: resource.id })));
     await breakLease(rt, { ...lease, status: 'acquired' }, result.error.message);
     return REREAD;
   }
@@ -154,7 +158,9 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
   // after it sees this lease active and breaks it too.
   const activated = await store.single((u) =>
     store.casIf(u, 'lease', lease.id, 'acquired', 'active', { phase: null, phase_attempts: 0, attributes }, {
-      guard: (p) => `EXISTS (SELECT 1 FROM ${store.s}.resources r WHERE r.id = ${p.add(resource.id)} AND r.status = 'active' FOR SHARE)
+      // Nor is a lease activated once it has expired (its late hook ran past expires_at).
+      guard: (p) => `(expires_at IS NULL OR expires_at > ${p.add(toDb(rt.clock.now()))}::timestamptz)
+        AND EXISTS (SELECT 1 FROM ${store.s}.resources r WHERE r.id = ${p.add(resource.id)} AND r.status = 'active' FOR SHARE)
         AND NOT EXISTS (SELECT 1 FROM ${store.s}.commands c WHERE c.target_kind = 'lease' AND c.target_id = ${p.add(lease.id)}
                         AND c.consumed_at IS NULL AND c.command IN ('release', 'break'))`,
       logs: [{ type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
@@ -186,7 +192,7 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     if (firstTry && lease.status === 'released') {
       const released = await callHook(rt, blueprint, 'releaseLease', ctx, undefined);
       if (!released.ok && released.kind === 'failed') {
-        await store.single((u) => store.log(u, { type: 'hook.failure', data: { hook: 'releaseLease', error: released.error.message, code: errorCode(released.error), retry: false }, lease: lease.id, blueprint: blueprint.name }));
+        await store.single((u) => store.log(u, hookFailureLog(released.error, { lease: lease.id })));
       }
     }
     const attempt = claim.attempts + 1;

@@ -1,11 +1,13 @@
 import type { Blueprint } from '../blueprint/contract.js';
+import { ChildLeaseCycleError } from '../errors/child-lease-cycle-error.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
-import { normalizeSpec, type LeaseSpec } from '../model/spec.js';
-import { mapLease, type ResourceRow, type Unit } from '../store/store.js';
+import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
+import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } from '../model/spec.js';
+import { mapLease, type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
 import { toDb } from '../time.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
-import { baseContext, callHook, errorCode, leaseView, resourceView, WaitingForChild } from './hooks.js';
-import { at, backoffDelay, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
+import { baseContext, callHook, errorCode, hookFailureLog, leaseView, resourceView, WaitingForChild } from './hooks.js';
+import { at, backoffDelay, blueprintsForType, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
 
 export interface ResourceClaim {
   id: string;
@@ -68,7 +70,7 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
     resource: resourceView(resource),
     lease: driver && driver.status === 'pending' ? leaseView(driver) : null,
     lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
-    acquireLease: (spec: LeaseSpec, options?: { key?: string }) => childLease(rt, resource, spec, options?.key ?? `child-${children++}`),
+    acquireLease: (spec: LeaseSpec, options?: { key?: string }) => childLease(rt, resource, driver, spec, options?.key ?? `child-${children++}`),
   };
   const result = await callHook<{ attributes?: object } | undefined>(rt, blueprint, hook, ctx, undefined, claim.attempts + 1);
   if (!result.ok) {
@@ -78,13 +80,28 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
       return at(result.at, claim.attempts + 1);
     }
     await store.unit(async (u) => {
-      await store.log(u, { type: 'hook.failure', data: { hook, error: result.error.message, code: errorCode(result.error), retry: false }, resource: resource.id, blueprint: blueprint.name });
+      await store.log(u, hookFailureLog(result.error, { resource: resource.id }));
       const current = await store.resource(resource.id, u.sql);
-      if (current?.status === 'pending') await breakResource(rt, u, current, result.error.message);
+      if (current?.status !== 'pending') return;
+      await breakResource(rt, u, current, result.error.message);
+      // A failed build: the blueprint backs off before its next allocation (invariant 8).
+      await store.blueprintFailed(u, blueprint.name, result.error.message, rt.backoff);
     });
     return 'progress';
   }
   const attributes = { ...resource.attributes, ...(result.value?.attributes ?? {}) };
+  try {
+    await record(rt, resource, blueprint, phase, attributes, slots);
+  } catch (error) {
+    if (!(error instanceof SlotLockConflictError)) throw error;
+    return slotConflict(rt, resource, blueprint, hook, error.keys, claim);
+  }
+  return 'progress';
+}
+
+/** The outcome of a successful allocateResource or activateResource, with the slot locks it asked for: all of it, or nothing (SlotLockConflictError). */
+async function record(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>, phase: 'allocate' | 'activate', attributes: JsonObject, slots: string[]) {
+  const { store } = rt;
   await store.unit(async (u) => {
     await store.lockSlots(u, 'resource', resource.id, slots);
     if (phase === 'allocate') {
@@ -101,6 +118,7 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
     const activated = await store.casResource(u, resource.id, 'pending', 'active', { attributes, phase: null, phase_attempts: 0, idle_since: u.now }, {
       logs: [{ type: 'resource.activated', data: {}, resource: resource.id, blueprint: blueprint.name }],
     });
+    await store.blueprintRecovered(u, blueprint.name);
     // One more active resource may serve a waiter directly, and raises the allocation
     // limit: one allocation fewer is in flight. A reserved one wakes its lease, and the
     // next waiter gets a look for the room to allocate (it passes the wake on only if it
@@ -112,21 +130,84 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
       await store.handOff(u, resource.id, blueprint.type, blueprint.name);
     }
   });
-  return 'progress';
+}
+
+/**
+ * The slot locks a build hook asked for are held by another object (two pools over one
+ * host). While a lease may still want this resource, it tries again with capped
+ * backoff (the hook is called again with `resume: true`, as allowed: build hooks are
+ * idempotent); when none does, it is released, and its destroy undoes what the hook built.
+ */
+async function slotConflict(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>, hook: string, keys: string[], claim: ResourceClaim): Promise<'progress' | Outcome> {
+  const { store } = rt;
+  const attempt = claim.attempts + 1;
+  const [demand] = await store.db.query(store.sql.demandFor, [resource.type, blueprint.name, resource.reservedFor]);
+  const retryAt = demand ? rt.clock.now().plus(backoffDelay(rt, attempt)) : null;
+  await store.unit(async (u) => {
+    // One row per conflict: a retry that meets the same conflict again bumps it.
+    await store.logCoalesced(u, { type: 'resource.slot-lock-failure', data: { keys, phase: hook, retryAt: retryAt?.toISO() ?? null }, resource: resource.id, blueprint: blueprint.name }, ['keys', 'phase']);
+    if (retryAt) return;
+    await store.casResource(u, resource.id, 'pending', 'released', { phase: null, phase_attempts: 0, reserved_for: null }, {
+      logs: [{ type: 'resource.released', data: { reason: `slot locks ${keys.join(', ')} are held and no lease waits for it`, author: null }, resource: resource.id, blueprint: blueprint.name }],
+    });
+  });
+  return retryAt ? at(retryAt, attempt) : 'progress';
 }
 
 /** A child lease owned by this resource: found again by key on a repeated call, awaited by suspending the hook. */
-async function childLease(rt: Runtime, resource: ResourceRow, spec: LeaseSpec, key: string) {
+async function childLease(rt: Runtime, resource: ResourceRow, driver: LeaseRow | null, spec: LeaseSpec, key: string) {
   const { store } = rt;
   const rows = await store.db.query(
     `SELECT * FROM ${store.s}.leases WHERE parent_resource_id = $1 AND child_key = $2 ORDER BY seq DESC LIMIT 1`,
     [resource.id, key],
   );
   let child = rows[0] ? mapLease(rows[0]) : null;
-  if (!child) child = await rt.createLease(normalizeSpec({ owner: `resource:${resource.id}`, ...spec }), { parentResourceId: resource.id, childKey: key });
+  if (!child) {
+    const normalized = normalizeSpec({ owner: `resource:${resource.id}`, ...spec });
+    await refuseCycle(rt, resource, driver, normalized);
+    child = await rt.createLease(normalized, { parentResourceId: resource.id, childKey: key });
+  }
   if (child.status === 'active') return rt.leaseObject(child);
   if (child.status === 'pending' || child.status === 'acquired') throw new WaitingForChild(child.id);
   throw new LeaseBrokenError(child.id, child.brokenReason ?? `child lease is ${child.status}`);
+}
+
+/** How deep child leases may nest (a resource whose build takes a child whose resource takes a child ...). */
+export const MAX_CHILD_DEPTH = 16;
+
+/**
+ * Walks the parent chain of a resource about to take a child lease: the lease it is
+ * built for, that lease's owner resource, and so on up to a lease of the host app. If
+ * every blueprint that could serve the child is already in the chain, the child would
+ * wait on its own ancestor forever (A's resource takes a B, whose resource takes an A):
+ * each lease of the chain is told to break with the cycle, and the hook fails with it.
+ */
+async function refuseCycle(rt: Runtime, resource: ResourceRow, driver: LeaseRow | null, spec: NormalizedSpec): Promise<void> {
+  const { store } = rt;
+  const names = [resource.blueprint];
+  const leases: string[] = [];
+  let lease = driver;
+  while (lease) {
+    leases.push(lease.id);
+    if (!lease.parentResourceId) break;
+    const parent = await store.resource(lease.parentResourceId);
+    if (!parent) break;
+    names.unshift(parent.blueprint);
+    if (names.length > MAX_CHILD_DEPTH) break;
+    lease = parent.reservedFor ? await store.lease(parent.reservedFor) : null;
+  }
+  const candidates = blueprintsForType(rt, spec.type).filter((b) => b.enabled && (!spec.blueprints || spec.blueprints.includes(b.name)));
+  const again = candidates.length > 0 && candidates.every((b) => names.includes(b.name)) ? candidates.find((b) => names.includes(b.name))! : null;
+  const error = again
+    ? new ChildLeaseCycleError([...names.slice(names.indexOf(again.name)), again.name])
+    : names.length > MAX_CHILD_DEPTH
+      ? new ChildLeaseCycleError(names, `child leases nest deeper than ${MAX_CHILD_DEPTH}: ${names.join(' → ')}`)
+      : null;
+  if (!error) return;
+  await store.unit(async (u) => {
+    for (const id of leases) await store.command(u, 'lease', id, 'break', { reason: error.message }, `resource:${resource.id}`);
+  });
+  throw error;
 }
 
 /** An active resource with no leases releases itself once its blueprint's idle expiry has passed. */

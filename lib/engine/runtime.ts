@@ -27,6 +27,8 @@ export interface Runtime {
   signal: AbortSignal;
   waitRecheck: Duration;
   backoff: { initial: Duration; max: Duration };
+  /** Allocations a lease may see fail in a row before it breaks with the last error. */
+  maxAllocationFailures: number;
   createLease(spec: NormalizedSpec, extra?: { parentResourceId?: string; childKey?: string }): Promise<LeaseRow>;
   leaseObject(row: LeaseRow): Promise<Lease>;
 }

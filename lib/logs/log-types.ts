@@ -7,7 +7,7 @@ export interface LogDataByType {
   'lease.acquired': { resource: string; blueprint: string };
   'lease.activated': { resource: string };
   'lease.waiting-for-resources': { reasons: string[]; blueprints: string[] };
-  'lease.allocation-failure': { blueprint: string; reason: string };
+  'lease.allocation-failure': { blueprint: string; reason: string; attempt: number; retryAt: string | null };
   'lease.reclaim': { resource: string; blueprint: string };
   'lease.released': { reason: string; author: string | null };
   'lease.expired': { at: string };
@@ -24,6 +24,7 @@ export interface LogDataByType {
   'resource.broken': { reason: string };
   'resource.destroyed': Record<string, never>;
   'resource.resume': { phase: string; attempt: number };
+  'resource.slot-lock-failure': { keys: string[]; phase: string; retryAt: string | null };
   'hook.failure': { hook: string; error: string; code: string | null; retry: boolean; attempt?: number; retryAt?: string | null };
   'hook.retry-later': { hook: string; reason: string; retryAt: string };
   'command.rejected': { command: string; reason: string };
@@ -38,7 +39,7 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'lease.acquired': (d) => `Lease acquired on resource ${d.resource} (blueprint ${d.blueprint}).`,
   'lease.activated': (d) => `Lease is active on resource ${d.resource}.`,
   'lease.waiting-for-resources': (d) => `Waiting for resources from ${d.blueprints.join(', ') || 'no blueprint'}: ${d.reasons.join('; ')}.`,
-  'lease.allocation-failure': (d) => `Allocation through ${d.blueprint} failed: ${d.reason}.`,
+  'lease.allocation-failure': (d) => `Allocation ${d.attempt ?? ''} through ${d.blueprint} failed: ${d.reason}${d.retryAt ? `; next allocation not before ${d.retryAt}` : '; giving up'}.`,
   'lease.reclaim': (d) => `Reclaiming idle resource ${d.resource} of ${d.blueprint} to make room.`,
   'lease.released': (d) => `Lease released (${d.reason}${d.author ? `, by ${d.author}` : ''}).`,
   'lease.expired': (d) => `Lease expired at ${d.at}.`,
@@ -55,6 +56,8 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'resource.broken': (d) => `Resource broke: ${d.reason}.`,
   'resource.destroyed': () => 'Resource destroyed.',
   'resource.resume': (d) => `Resuming interrupted ${d.phase} (attempt ${d.attempt}).`,
+  'resource.slot-lock-failure': (d) =>
+    `Slot locks ${d.keys.join(', ')} asked for by ${d.phase} are held by another object; ${d.retryAt ? `will retry at ${d.retryAt}` : 'no lease waits for this resource: releasing it'}.`,
   'hook.failure': (d) =>
     `Hook ${d.hook} failed: ${d.error}${d.code ? ` [${d.code}]` : ''}` + (d.retry ? `; retry ${d.attempt ?? ''} at ${d.retryAt}.` : '.'),
   'hook.retry-later': (d) => `Hook ${d.hook} asked to retry later (${d.reason}); next try at ${d.retryAt}.`,

@@ -49,16 +49,19 @@ export function pgliteDriver(pglite: PGlite): { Pool: new () => unknown; default
   let ended = false;
   const prepared = new Map<string, Prepared>();
 
+  // PGlite answers without any I/O, on the microtask queue: a worker that ran unit after
+  // unit on it would never let the host's timers or sockets run. Each unit of work takes
+  // the session on a new turn of the event loop (setImmediate) instead (invariant 8).
   function acquire(): Promise<void> {
     if (!busy) {
       busy = true;
-      return Promise.resolve();
+      return new Promise((resolve) => setImmediate(resolve));
     }
     return new Promise((resolve) => waiting.push(resolve));
   }
   function releaseSession() {
     const next = waiting.shift();
-    if (next) next();
+    if (next) setImmediate(next);
     else busy = false;
   }
 

@@ -180,9 +180,25 @@ export function statements(schema: string) {
 
     // Serializes allocation decisions per blueprint for the length of one short transaction.
     allocationLock: `SELECT pg_advisory_xact_lock(hashtext($1))`,
+    // An upsert: concurrent failures of one blueprint queue on its row, each adds one.
+    // The delay is initial × 2^(streak - 1) ms ($4), at most $5 ms.
+    blueprintFailed: `
+      INSERT INTO ${S}.blueprint_failures AS f (blueprint, streak, last_error, last_failure_at, retry_at)
+      VALUES ($1, 1, $2, $3, $3::timestamptz + make_interval(secs => LEAST($5::float8, $4::float8) / 1000))
+      ON CONFLICT (blueprint) DO UPDATE SET streak = f.streak + 1, last_error = EXCLUDED.last_error, last_failure_at = EXCLUDED.last_failure_at,
+        retry_at = EXCLUDED.last_failure_at + make_interval(secs => LEAST($5::float8, $4::float8 * power(2, LEAST(f.streak, 60))) / 1000)
+      RETURNING streak, retry_at`,
+    // Whether a lease still wants a resource of blueprint $2 being built: the one it is
+    // reserved for ($3), or any lease of type $1 waiting that may use the blueprint.
+    demandFor: `
+      SELECT 1 FROM ${S}.leases WHERE status = 'pending' AND (id = $3 OR (type = $1 AND (blueprints IS NULL OR $2 = ANY(blueprints)))) LIMIT 1`,
+    blueprintRecovered: `DELETE FROM ${S}.blueprint_failures WHERE blueprint = $1`,
+    blueprintFailure: `SELECT * FROM ${S}.blueprint_failures WHERE blueprint = $1`,
+    // With the blueprint's failure streak: no allocation starts before its retry_at.
     allocationCounts: `
       SELECT count(*) FILTER (WHERE status = 'pending')::int AS allocating,
-             count(*) FILTER (WHERE status = 'active')::int AS active
+             count(*) FILTER (WHERE status = 'active')::int AS active,
+             (SELECT to_jsonb(f) FROM ${S}.blueprint_failures f WHERE f.blueprint = $1) AS failure
       FROM ${S}.resources WHERE blueprint = $1 AND status IN ('pending', 'active')`,
 
     insertCommand: `

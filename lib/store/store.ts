@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { DateTime } from 'luxon';
+import type { DateTime, Duration } from 'luxon';
 import type { Clock } from '../clock.js';
 import { IllegalTransitionError } from '../errors/illegal-transition-error.js';
 import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
@@ -21,6 +21,13 @@ export interface LeaseRow extends LeaseRecord {
   waitLogId: number | null;
   phase: string | null;
   phaseAttempts: number;
+  /** Allocations this lease drove that failed in a row, and the last one's error. */
+  allocationFailures: number;
+  lastFailure: string | null;
+  /** No new allocation for this lease before then (its own backoff). */
+  allocateAfter: DateTime | null;
+  /** Why the lease's own worker released it, when the clock did. */
+  endCause: 'expired' | 'timeout' | null;
   /** Whether unconsumed commands to this lease existed when the row was read. */
   hasCommands: boolean;
 }
@@ -138,6 +145,10 @@ export function mapLease(r: Record<string, any>): LeaseRow {
     waitLogId: r.wait_log_id === null || r.wait_log_id === undefined ? null : Number(r.wait_log_id),
     phase: r.phase ?? null,
     phaseAttempts: Number(r.phase_attempts ?? 0),
+    allocationFailures: Number(r.allocation_failures ?? 0),
+    lastFailure: r.last_failure ?? null,
+    allocateAfter: fromDb(r.allocate_after),
+    endCause: r.end_cause ?? null,
     hasCommands: Boolean(r.has_commands),
   };
 }
@@ -172,6 +183,19 @@ export function slotConflictKeys(error: unknown): string[] | null {
   } catch {
     return [];
   }
+}
+
+/** A blueprint whose builds fail in a row (`Store.blueprintFailed`). */
+export interface BlueprintFailure {
+  blueprint: string;
+  streak: number;
+  lastError: string;
+  lastFailureAt: DateTime;
+  retryAt: DateTime;
+}
+
+export function mapBlueprintFailure(r: Record<string, any>): BlueprintFailure {
+  return { blueprint: r.blueprint, streak: Number(r.streak), lastError: r.last_error, lastFailureAt: fromDb(r.last_failure_at)!, retryAt: fromDb(r.retry_at)! };
 }
 
 /** What a new lease row holds (`Store.insertLease`). */
@@ -569,6 +593,22 @@ export class Store {
     return Number(rows[0].id);
   }
 
+  /**
+   * Logs `entry`, or bumps the count of the newest entry of its type about the same
+   * object (since `since`) when that one has the same values under `same`: a condition
+   * met again and again is one row (invariant 5), not a row per retry.
+   */
+  async logCoalesced<T extends string>(unit: Unit, entry: LogInsert<T>, same: string[], since?: DateTime): Promise<void> {
+    const [last] = await unit.sql.query(
+      `SELECT id, data FROM ${this.s}.logs WHERE type = $1 AND lease_id IS NOT DISTINCT FROM $2 AND resource_id IS NOT DISTINCT FROM $3
+         AND ($4::timestamptz IS NULL OR at >= $4) ORDER BY id DESC LIMIT 1`,
+      [entry.type, entry.lease ?? null, entry.resource ?? null, toDb(since ?? null)],
+    );
+    const data = entry.data as JsonObject;
+    const matches = last !== undefined && same.every((key) => JSON.stringify(last.data?.[key]) === JSON.stringify(data[key]));
+    if (!(matches && (await this.bumpLog(unit, Number(last.id), data)))) await this.log(unit, entry);
+  }
+
   async bumpLog(unit: Unit, id: number, data: JsonObject): Promise<boolean> {
     const rows = await unit.sql.query(this.sql.bumpLog, [id, toDb(unit.now), JSON.stringify(data)]);
     if (rows[0]) unit.logs.push(rows[0]);
@@ -642,6 +682,31 @@ export class Store {
     if (keys.length === 0) return;
     const conflicts = await unit.sql.query<{ key: string }>(this.sql.lockSlots, [[...new Set(keys)], kind, id, toDb(unit.now)]);
     if (conflicts.length > 0) throw new SlotLockConflictError(conflicts.map((c) => c.key));
+  }
+
+  /**
+   * One statement: blueprint `name` failed once more (a build hook or a policy function
+   * threw). Its streak grows, and no new allocation of it starts before now plus the
+   * capped exponential backoff of the streak. The upsert serializes concurrent failures
+   * of one blueprint on its row, so no increment is lost.
+   */
+  async blueprintFailed(unit: Unit, name: string, error: string, backoff: { initial: Duration; max: Duration }): Promise<{ streak: number; retryAt: DateTime }> {
+    const [row] = await unit.sql.query(this.sql.blueprintFailed, [name, error, toDb(unit.now), backoff.initial.toMillis(), backoff.max.toMillis()]);
+    return { streak: Number(row.streak), retryAt: fromDb(row.retry_at)! };
+  }
+
+  /** A resource of the blueprint activated: its failure streak is over. */
+  async blueprintRecovered(unit: Unit, name: string): Promise<void> {
+    await unit.sql.execute(this.sql.blueprintRecovered, [name]);
+  }
+
+  async blueprintFailure(name: string, sql: Sql = this.db): Promise<BlueprintFailure | null> {
+    const [row] = await sql.query(this.sql.blueprintFailure, [name]);
+    return row ? mapBlueprintFailure(row) : null;
+  }
+
+  async blueprintFailures(): Promise<BlueprintFailure[]> {
+    return (await this.db.query(`SELECT * FROM ${this.s}.blueprint_failures`)).map(mapBlueprintFailure);
   }
 
   async releaseSlots(unit: Unit, kind: ObjectKind, id: string): Promise<void> {

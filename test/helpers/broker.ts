@@ -1,4 +1,4 @@
-import { internals, type Broker } from '../../lib/broker.js';
+import { createBroker, internals, type Broker, type BrokerOptions } from '../../lib/broker.js';
 import { createTestBroker, type TestBroker } from '../../lib/testing/index.js';
 import { testDatabase } from './tier.js';
 
@@ -10,6 +10,14 @@ const open = new Set<Broker>();
  */
 export async function testBroker(options: Parameters<typeof createTestBroker>[0] = {}): Promise<TestBroker> {
   return track(await createTestBroker({ database: testDatabase(), ...options }));
+}
+
+/**
+ * A broker as users run it: `createBroker` on the system clock, its workers on their own
+ * (no `runUntilIdle`), on this run's tier, closed by the leak guard.
+ */
+export async function realBroker(options: BrokerOptions = {}): Promise<Broker> {
+  return track(await createBroker({ database: testDatabase(), ...options }));
 }
 
 /** Registers a broker with the leak guard; closing it unregisters it. */
