@@ -178,7 +178,7 @@ describe('a cycle of child leases, real clock', () => {
     const vm = fakeBlueprint({ name: 'vm', type: 'host', child: { type: 'host' } });
     const broker = track(await createBroker({ database: testDatabase(), blueprints: [metal, vm] }));
     // The vm's child host may come from metal: allowed (the parent chain holds vm only).
-    await using lease = await broker.acquire({ type: 'host', blueprints: ['vm'], owner: 'ci', timeout: { seconds: 20 } });
+    const lease = await broker.acquire({ type: 'host', blueprints: ['vm'], owner: 'ci', timeout: { seconds: 20 } });
     expect(lease.resource.blueprint).toBe('vm');
     await lease.release();
     await broker.close();

@@ -139,7 +139,7 @@ describe('a slot-lock conflict inside allocateResource, real clock', () => {
     const broker = track(
       await createBroker({ database: testDatabase(), blueprints: [pool('p1', first), pool('p2', second)], backoff: { initial: { milliseconds: 100 }, max: { seconds: 1 } } }),
     );
-    await using holder = await broker.acquire({ type: 'host', blueprints: ['p1'], owner: 'holder' });
+    const holder = await broker.acquire({ type: 'host', blueprints: ['p1'], owner: 'holder' });
     expect(holder.resource.blueprint).toBe('p1');
     const error = await broker.acquire({ type: 'host', blueprints: ['p2'], owner: 'waiter', timeout: { milliseconds: 1_500 } }).catch((e) => e);
     expect(error).toBeInstanceOf(LeaseTimeoutError);
