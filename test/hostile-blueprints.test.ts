@@ -535,3 +535,49 @@ describe('a blueprint whose destroy keeps failing', () => {
     await broker.close();
   });
 });
+
+// Issue 9, bug 7: a policy function that throws is the blueprint's failure, like a hook's;
+// one that returns nonsense must not disable the rate limit.
+describe('policy functions that throw or return nonsense', () => {
+  test('limits.allocationLimit throwing: a hook.failure per try, backed off, and the lease breaks after maxAllocationFailures', async () => {
+    const bp = hostile('policy', {}, {
+      limits: {
+        allocationLimit: () => {
+          throw new TypeError('quota lookup failed');
+        },
+      },
+    });
+    const broker = await testBroker({ blueprints: [bp], maxAllocationFailures: 2 });
+    const outcome = broker.acquire({ type: 'hostile' }).catch((e: unknown) => e);
+    await broker.runUntilIdle();
+    expect((await broker.logs({ type: 'hook.failure' })).map((l) => l.data.hook)).toEqual(['limits.allocationLimit']);
+    // backed off: nothing more happens until the clock moves
+    await broker.runUntilIdle();
+    expect(await broker.logs({ type: 'hook.failure' })).toHaveLength(1);
+    await broker.advance({ seconds: 1 });
+    const error = await outcome;
+    expect(error).toBeInstanceOf(LeaseBrokenError);
+    expect((error as Error).message).toMatch(/allocation failed 2 times in a row; last: policy\.limits\.allocationLimit failed: quota lookup failed/);
+    expect(await broker.resources.list()).toEqual([]);
+    expect(engineErrors(broker)).toEqual([]);
+    await broker.close();
+  });
+
+  test.each([['NaN', NaN], ['-1', -1], ['Infinity', Infinity], ['a string', 'many']])('limits.allocationLimit returning %s allocates one at a time', async (_, value) => {
+    let allocating = 0;
+    let most = 0;
+    const bp = hostile('odd', {
+      async allocateResource() {
+        most = Math.max(most, ++allocating);
+        await new Promise((r) => setTimeout(r, 20));
+        allocating--;
+        return { attributes: {} };
+      },
+    }, { limits: { allocationLimit: () => value as number, maxLeasesPerResource: 1 } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const leases = await pump(broker, Promise.all(Array.from({ length: 4 }, () => broker.acquire({ type: 'hostile' }))));
+    expect(leases).toHaveLength(4);
+    expect(most).toBe(1);
+    await broker.close();
+  });
+});
