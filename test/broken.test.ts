@@ -22,6 +22,9 @@ describe('a hook that throws breaks its object', () => {
     const trail = statusTrail(broker);
     const handle = await broker.requestLease({ type: 'fake' });
     await broker.runUntilIdle();
+    // a failed build: the lease backs off (backoff.initial, 1 s) before it allocates again
+    expect(await broker.resources.list()).toHaveLength(1);
+    await broker.advance({ seconds: 1 });
     const resources = await broker.resources.list();
     // the first resource broke, a second one (failure was once) serves the lease
     expect(resources).toHaveLength(2);
@@ -53,6 +56,7 @@ describe('a hook that throws breaks its object', () => {
     const broker = await testBroker({ blueprints: [bp] });
     await broker.requestLease({ type: 'fake' });
     await broker.runUntilIdle();
+    await broker.advance({ seconds: 1 }); // the lease's backoff after a failed build
     const resources = await broker.resources.list();
     expect(resources).toHaveLength(2);
     const first = resources.find((r) => r.brokenReason !== null);
@@ -224,6 +228,9 @@ describe('breaking a resource', () => {
       // the activation in flight now fails
       bp.fail('activateResource', { throws: new Error('vm never booted'), times: 1 });
       open();
+      // a failed build: after the lease's 1 s backoff it allocates a new resource
+      while ((await broker.logs({ type: 'lease.allocation-failure' })).length === 0) await new Promise((r) => setTimeout(r, 10));
+      broker.clock.advance({ seconds: 1 });
       const lease = await acquiring;
       expect(lease.resource.id).not.toBe(first!.id);
       expect(trail(first!.id)).toContain('broken');

@@ -64,8 +64,9 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
       const got = await tryAcquire(rt, lease, driven, blueprint, reasons);
       if (got !== 'no') return got;
     }
-    // The resource this lease had built broke before it could serve it: a failed allocation.
-    if (driven?.brokenReason && (driven.status === 'broken' || driven.status === 'destroyed')) {
+    // The resource this lease had built broke in a build hook before it could serve it: a
+    // failed allocation. One broken by a command is no failure of the blueprint's.
+    if (driven?.buildFailed && driven.brokenReason) {
       return allocationFailed(rt, lease, driven.blueprint, driven.brokenReason);
     }
     await store.single((u) => u.sql.query(store.sql.forgetReservation, [lease.id, lease.allocatingResourceId]));

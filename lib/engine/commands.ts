@@ -129,9 +129,9 @@ async function reject(rt: Runtime, u: Unit, command: CommandRow, reason: string,
 }
 
 /** In the transaction that breaks a resource: its active leases break with the cause, and the leases waiting on it allocate again. */
-export async function breakResource(rt: Runtime, u: Unit, resource: ResourceRow, reason: string) {
+export async function breakResource(rt: Runtime, u: Unit, resource: ResourceRow, reason: string, sets: Record<string, unknown> = {}) {
   const { store } = rt;
-  await store.casResource(u, resource.id, resource.status, 'broken', { broken_reason: reason, reserved_for: null }, {
+  await store.casResource(u, resource.id, resource.status, 'broken', { broken_reason: reason, reserved_for: null, ...sets }, {
     logs: [{ type: 'resource.broken', data: { reason }, resource: resource.id, blueprint: resource.blueprint }],
   });
   await tellLeases(rt, u, resource, 'break', `resource ${resource.id} broke: ${reason}`);

@@ -83,7 +83,7 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
       await store.log(u, hookFailureLog(result.error, { resource: resource.id }));
       const current = await store.resource(resource.id, u.sql);
       if (current?.status !== 'pending') return;
-      await breakResource(rt, u, current, result.error.message);
+      await breakResource(rt, u, current, result.error.message, { build_failed: true });
       // A failed build: the blueprint backs off before its next allocation (invariant 8).
       await store.blueprintFailed(u, blueprint.name, result.error.message, rt.backoff);
     });

@@ -44,6 +44,8 @@ export interface ResourceRow extends ResourceRecord {
   idleSince: DateTime | null;
   /** Leases on this resource that are not destroyed yet. */
   leaseCount: number;
+  /** It broke because a build hook (allocateResource, activateResource) failed. */
+  buildFailed: boolean;
   /** Whether unconsumed commands to this resource existed when the row was read. */
   hasCommands: boolean;
 }
@@ -169,6 +171,7 @@ export function mapResource(r: Record<string, any>): ResourceRow {
     reservedFor: r.reserved_for ?? null,
     idleSince: fromDb(r.idle_since),
     leaseCount: Number(r.lease_count ?? 0),
+    buildFailed: Boolean(r.build_failed),
     hasCommands: Boolean(r.has_commands),
   };
 }

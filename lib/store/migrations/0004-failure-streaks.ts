@@ -9,6 +9,8 @@ import type { Migration } from './index.js';
  *   lease, the allocations it drove that failed in a row, the last error (it breaks after
  *   the broker's `maxAllocationFailures`; a timeout reports the error), and until when it
  *   starts no new allocation;
+ * - `resources.build_failed`: the resource broke because a build hook failed (not by a
+ *   command), which is what counts as a failed allocation for the lease that drove it;
  * - `leases.end_cause`: why the lease's own worker released it, when the clock did
  *   (`expired`, `timeout`), so that a waiter reports the right error.
  */
@@ -28,6 +30,7 @@ export const failureStreaks: Migration = {
       ALTER TABLE ${s}.leases ADD COLUMN last_failure text;
       ALTER TABLE ${s}.leases ADD COLUMN allocate_after timestamptz;
       ALTER TABLE ${s}.leases ADD COLUMN end_cause text CHECK (end_cause IN ('expired', 'timeout'));
+      ALTER TABLE ${s}.resources ADD COLUMN build_failed boolean NOT NULL DEFAULT false;
     `);
   },
 };
