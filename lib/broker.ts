@@ -234,7 +234,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   atMostADay(waitRecheck, 'waitRecheck');
   atMostADay(backoff.max, 'backoff.max');
   if (gcInterval && gcInterval.toMillis() > MAX_TUNING_MS) throw new ValidationError('gcInterval', `must be at most 24 hours (got ${gcInterval.toISO()})`);
-  const maxAllocationFailures = options.maxAllocationFailures ?? 5;
+  const maxAllocationFailures = options.maxAllocationFailures === undefined ? 5 : options.maxAllocationFailures;
   if (!(Number.isInteger(maxAllocationFailures) && maxAllocationFailures >= 1 && maxAllocationFailures <= 1000)) {
     throw new ValidationError('maxAllocationFailures', `must be an integer from 1 to 1000 (got ${String(options.maxAllocationFailures)})`);
   }
