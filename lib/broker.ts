@@ -346,6 +346,15 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   if (db.embedded) {
     // A PGlite database has one owner at a time: claims left by an earlier broker on this dataDir are dead.
     await db.execute(store.sql.releaseAllClaims);
+    // So are the holders of its active leases: say what they left, since a lease without a
+    // ttl stays active (its slots held) until someone releases it.
+    const left = await store.activeLeases();
+    if (left.active > 0) {
+      logger.warn(
+        { ...left, oldestSince: left.oldestSince?.toISO() ?? null },
+        `slipway: this database holds ${left.active} active lease(s) of an earlier process, ${left.withoutTtl} of them without a ttl; they stay active until released (broker.leases.list({ status: 'active' }), broker.release(id))`,
+      );
+    }
   }
 
   function checkSpecAgainstRegistry(spec: NormalizedSpec) {

@@ -1,7 +1,11 @@
 import { LeaseBrokenError, LeaseTimeoutError } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
-import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { engineErrors, guardBrokers, realBroker, testBroker } from './helpers/broker.js';
 import { pump } from './helpers/pump.js';
+import { describeOnEmbedded } from './helpers/tier.js';
 
 guardBrokers();
 
@@ -153,5 +157,28 @@ describe('acquire timeout', () => {
     expect((await broker.stats()).types.fake!.waiting).toBe(0);
     expect(await broker.resources.list()).toEqual([]);
     await broker.close();
+  });
+});
+
+// Issue 10: a holder that dies leaves a lease without a ttl active for good; a new broker on
+// the same embedded data says what it found, so the operator can see and release it.
+describeOnEmbedded('a new broker on a dataDir with active leases of an earlier process', () => {
+  test('logs a warning with how many are active and how many have no ttl', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'slipway-left-'));
+    try {
+      const first = await realBroker({ database: { embedded: true, dataDir }, blueprints: [fakeBlueprint({ name: 'f', type: 'host' })] });
+      await first.acquire({ type: 'host', owner: 'gone' });
+      await first.acquire({ type: 'host', owner: 'gone', ttl: { hours: 1 } });
+      await first.close();
+      const warnings: Array<{ obj: Record<string, unknown>; msg?: string }> = [];
+      const logger = { debug() {}, info() {}, error() {}, warn: (obj: object, msg?: string) => void warnings.push({ obj: obj as Record<string, unknown>, msg }) };
+      const second = await realBroker({ database: { embedded: true, dataDir }, blueprints: [fakeBlueprint({ name: 'f', type: 'host' })], logger });
+      const found = warnings.find((w) => /active lease/.test(w.msg ?? ''));
+      expect(found?.obj).toMatchObject({ active: 2, withoutTtl: 1 });
+      expect(found?.msg).toMatch(/2 active lease\(s\) of an earlier process, 1 of them without a ttl/);
+      await second.close();
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 });

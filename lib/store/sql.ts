@@ -89,6 +89,9 @@ export function statements(schema: string) {
       WHERE object_kind = $1 AND object_id = $2 AND claimed_by = $3 AND ${ASYNC_COMMIT}
       RETURNING run_at IS NOT NULL AND run_at <= $5::timestamptz AS due`,
     deleteWork: `DELETE FROM ${S}.work_items WHERE object_kind = $1 AND object_id = $2 AND ${ASYNC_COMMIT}`,
+    activeLeases: `
+      SELECT count(*)::int AS active, count(*) FILTER (WHERE expires_at IS NULL)::int AS without_ttl, min(status_changed_at) AS oldest
+      FROM ${S}.leases WHERE status = 'active'`,
     releaseAllClaims: `UPDATE ${S}.work_items SET claimed_by = NULL, claim_expires_at = NULL WHERE claimed_by IS NOT NULL`,
     releaseClaims: `UPDATE ${S}.work_items SET claimed_by = NULL, claim_expires_at = NULL WHERE claimed_by = $1`,
     nextDue: `SELECT min(run_at) AS at FROM ${S}.work_items WHERE run_at IS NOT NULL AND run_at > $1`,

@@ -330,6 +330,12 @@ export class Store {
     return rows.map(mapLease);
   }
 
+  /** How many leases are active, how many of them have no expiry, and since when the oldest is active. */
+  async activeLeases(): Promise<{ active: number; withoutTtl: number; oldestSince: DateTime | null }> {
+    const [r] = await this.db.query(this.sql.activeLeases);
+    return { active: Number(r.active), withoutTtl: Number(r.without_ttl), oldestSince: fromDb(r.oldest) };
+  }
+
   async commands(kind: ObjectKind, id: string, sql: Sql = this.db): Promise<CommandRow[]> {
     const rows = await sql.query(this.sql.unconsumedCommands, [kind, id]);
     return rows.map((r) => ({ id: Number(r.id), targetKind: r.target_kind, targetId: r.target_id, command: r.command, data: r.data ?? {}, author: r.author ?? null }));
