@@ -13,3 +13,4 @@ export { HookError, describeThrown } from './hook-error.js';
 export { RetryLater } from './retry-later.js';
 export { HookTimeoutError } from './hook-timeout-error.js';
 export { SchemaNotMigratedError } from './schema-not-migrated-error.js';
+export { DataDirLockedError } from './data-dir-locked-error.js';
