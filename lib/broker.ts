@@ -218,10 +218,13 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   atMostADay(backoff.max, 'backoff.max');
   if (gcInterval && gcInterval.toMillis() > MAX_TUNING_MS) throw new ValidationError('gcInterval', `must be at most 24 hours (got ${gcInterval.toISO()})`);
 
-  const db = await openDatabase(database, (state, error) =>
-    state === 'lost'
-      ? logger.warn({ err: error }, 'slipway: the database is unreachable; retrying')
-      : logger.info({}, 'slipway: the database answers again'),
+  const db = await openDatabase(
+    database,
+    (state, error) =>
+      state === 'lost'
+        ? logger.warn({ err: error }, 'slipway: the database is unreachable; retrying')
+        : logger.info({}, 'slipway: the database answers again'),
+    (stale) => logger.warn({ ...stale }, `slipway: took over the stale lock of database.dataDir ${stale.dataDir}: ${stale.reason}`),
   );
   const events = new BrokerEventBus();
   const abort = new AbortController();
