@@ -239,10 +239,13 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     throw new ValidationError('maxAllocationFailures', `must be an integer from 1 to 1000 (got ${String(options.maxAllocationFailures)})`);
   }
 
-  const db = await openDatabase(database, (state, error) =>
-    state === 'lost'
-      ? logger.warn({ err: error }, 'slipway: the database is unreachable; retrying')
-      : logger.info({}, 'slipway: the database answers again'),
+  const db = await openDatabase(
+    database,
+    (state, error) =>
+      state === 'lost'
+        ? logger.warn({ err: error }, 'slipway: the database is unreachable; retrying')
+        : logger.info({}, 'slipway: the database answers again'),
+    (stale) => logger.warn({ ...stale }, `slipway: took over the stale lock of database.dataDir ${stale.dataDir}: ${stale.reason}`),
   );
   const events = new BrokerEventBus();
   const abort = new AbortController();

@@ -4,6 +4,7 @@ import pg from 'pg';
 import { DataSource } from 'typeorm';
 import { ValidationError } from '../errors/validation-error.js';
 import { parseDuration, type DurationInput } from '../time.js';
+import { lockDataDir, type StaleLock } from './data-dir-lock.js';
 import { createDb, type Db, type DbOptions } from './db.js';
 import { pgliteDriver } from './embedded-driver.js';
 import { checkMigrated, migrate } from './migrate.js';
@@ -13,7 +14,11 @@ export type DatabaseOptions =
   | {
       /** PGlite in this process. */
       embedded: true;
-      /** Keep the data here; in memory when omitted. One broker per directory at a time. */
+      /**
+       * Keep the data here; in memory when omitted. One broker per directory at a time: a
+       * second opener, in any process, gets DataDirLockedError (the lock file is `slipway.lock`
+       * in the directory; the lock of a process that died is taken over).
+       */
       dataDir?: string;
       /** @defaultValue 'slipway' */
       schema?: string;
@@ -103,7 +108,8 @@ function checkConnectionString(url: string): void {
   }
 }
 
-async function embeddedDb(pglite: PGlite, schema: string): Promise<Db> {
+/** `afterClose` runs once PGlite is closed, whether or not it closed cleanly (the dataDir lock's release). */
+async function embeddedDb(pglite: PGlite, schema: string, afterClose?: () => void): Promise<Db> {
   const dataSource = new DataSource({ type: 'postgres', driver: pgliteDriver(pglite), installExtensions: false });
   try {
     await dataSource.initialize();
@@ -111,7 +117,14 @@ async function embeddedDb(pglite: PGlite, schema: string): Promise<Db> {
     await pglite.close();
     throw error;
   }
-  return createDb(dataSource, schema, { embedded: true, onClose: () => pglite.close() });
+  const onClose = async () => {
+    try {
+      await pglite.close();
+    } finally {
+      afterClose?.();
+    }
+  };
+  return createDb(dataSource, schema, { embedded: true, onClose });
 }
 
 /**
@@ -140,8 +153,16 @@ function migratedTemplate(schema: string): Promise<Blob> {
   return template;
 }
 
-/** Opens the database and brings its schema up to date (with `migrate: false`, checks that it is). Every embedded broker gets its own PGlite instance. */
-export async function openDatabase(options: DatabaseOptions, onOutage?: DbOptions['onOutage']): Promise<Db> {
+/**
+ * Opens the database and brings its schema up to date (with `migrate: false`, checks that it is). Every embedded broker gets
+ * its own PGlite instance, and holds the lock of its dataDir until it closes; `onStaleLock` hears of a lock taken over from
+ * a process that is gone.
+ */
+export async function openDatabase(
+  options: DatabaseOptions,
+  onOutage?: DbOptions['onOutage'],
+  onStaleLock?: (stale: StaleLock & { dataDir: string }) => void,
+): Promise<Db> {
   const schema = options.schema ?? 'slipway';
   let db: Db;
   if ('url' in options) {
@@ -159,12 +180,20 @@ export async function openDatabase(options: DatabaseOptions, onOutage?: DbOption
     const reconnectFor = options.reconnectTimeout === undefined ? 60_000 : parseDuration(options.reconnectTimeout, 'database.reconnectTimeout').toMillis();
     db = createDb(dataSource, schema, { embedded: false, reconnectFor, onOutage });
   } else {
-    const pglite = options.dataDir
-      ? await PGlite.create({ dataDir: options.dataDir })
-      : options.migrate === false
-        ? await PGlite.create()
-        : await PGlite.create({ loadDataDir: await migratedTemplate(schema) });
-    db = await embeddedDb(pglite, schema);
+    // Before PGlite touches the directory: a refused opener has written nothing.
+    const lock = options.dataDir ? lockDataDir(options.dataDir) : null;
+    if (lock?.tookOver) onStaleLock?.({ dataDir: options.dataDir!, ...lock.tookOver });
+    try {
+      const pglite = options.dataDir
+        ? await PGlite.create({ dataDir: options.dataDir })
+        : options.migrate === false
+          ? await PGlite.create()
+          : await PGlite.create({ loadDataDir: await migratedTemplate(schema) });
+      db = await embeddedDb(pglite, schema, lock?.release);
+    } catch (error) {
+      lock?.release();
+      throw error;
+    }
   }
   try {
     if (options.migrate === false) await checkMigrated(db);
