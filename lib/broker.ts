@@ -300,7 +300,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     const leases = unit.events.filter((e) => e.kind === 'lease' && SETTLED.has(e.to)).map((e) => e.id);
     if (listener && (unit.woke || leases.length > 0)) listener.send({ from: workerId, work: unit.woke, leases });
   };
-  const store = new Store(db, clock, afterCommit);
+  const store = new Store(db, clock, afterCommit, Store.idSourceOf(options));
   // Lease status changes of this process, with the rows their writer had, for `watchLease`.
   const leaseWatchers = new EventEmitter();
   leaseWatchers.setMaxListeners(0);

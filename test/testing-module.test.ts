@@ -1,8 +1,12 @@
 import { DateTime } from 'luxon';
 import { internals } from '../lib/broker.js';
-import { RetryLater } from '../lib/index.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AbortError, RetryLater, ValidationError, type CommandInterface } from '../lib/index.js';
 import { createTestBroker, fakeBlueprint, ManualClock } from '../lib/testing/index.js';
 import { guardBrokers, testBroker, track } from './helpers/broker.js';
+import { testDatabase } from './helpers/tier.js';
 
 guardBrokers();
 
@@ -84,6 +88,41 @@ describe('fakeBlueprint', () => {
     await expect(call(bp, 'allocateResource', { lease: { id: 'l', attributes: { a: 1 } }, acquireLease: async () => undefined })).resolves.toEqual({ attributes: { zone: 'b', builtFor: { a: 1 } } });
   });
 
+  test('command: each run is recorded (argv, cwd, env, stdin, lease, resource) and answered by respond; a quiet success by default', async () => {
+    const bp = fakeBlueprint({
+      name: 'f',
+      command: { respond: ({ argv }) => (argv[0] === 'make' ? { exitCode: 2, stdout: 'building\n', stderr: 'no rule' } : argv[0] === 'kill-me' ? { exitCode: null, signal: 'SIGKILL', timedOut: true } : {}) },
+    });
+    const command = (bp.implementation.interfaces!.command as (ctx: object) => CommandInterface)({ lease: { id: 'lease-x' }, resource: { id: 'res-x' } });
+    const chunks: string[] = [];
+    await expect(command.run(['git', 'status'], { cwd: 'src', env: { CI: '1' }, stdin: 'y\n' })).resolves.toEqual({ exitCode: 0, signal: null, stdout: '', stderr: '', timedOut: false });
+    await expect(command.run(['make', 'all'], { onStdout: (c) => chunks.push(`out:${c}`), onStderr: (c) => chunks.push(`err:${c}`) })).resolves.toEqual({ exitCode: 2, signal: null, stdout: 'building\n', stderr: 'no rule', timedOut: false });
+    await expect(command.run(['kill-me'])).resolves.toMatchObject({ exitCode: null, signal: 'SIGKILL', timedOut: true });
+    expect(chunks).toEqual(['out:building\n', 'err:no rule']);
+    expect(bp.commands).toEqual([
+      { argv: ['git', 'status'], cwd: 'src', env: { CI: '1' }, stdin: 'y\n', lease: 'lease-x', resource: 'res-x' },
+      { argv: ['make', 'all'], cwd: undefined, env: undefined, stdin: undefined, lease: 'lease-x', resource: 'res-x' },
+      { argv: ['kill-me'], cwd: undefined, env: undefined, stdin: undefined, lease: 'lease-x', resource: 'res-x' },
+    ]);
+    const quiet = fakeBlueprint({ name: 'q' });
+    const quietCommand = (quiet.implementation.interfaces!.command as (ctx: object) => CommandInterface)({ lease: { id: 'l' }, resource: { id: 'r' } });
+    await expect(quietCommand.run(['anything'])).resolves.toEqual({ exitCode: 0, signal: null, stdout: '', stderr: '', timedOut: false });
+  });
+
+  test('command: an error respond throws is what run() rejects with; an aborted signal rejects with AbortError; bad argv and bad options are refused', async () => {
+    const notFound = new Error('spawn nope ENOENT');
+    const bp = fakeBlueprint({ name: 'f', command: { respond: ({ argv }) => { if (argv[0] === 'nope') throw notFound; return {}; } } });
+    const command = (bp.implementation.interfaces!.command as (ctx: object) => CommandInterface)({ lease: { id: 'l' }, resource: { id: 'r' } });
+    await expect(command.run(['nope'])).rejects.toBe(notFound);
+    await expect(command.run(['git'], { signal: AbortSignal.abort() })).rejects.toBeInstanceOf(AbortError);
+    expect(bp.commands.map((c) => c.argv[0])).toEqual(['nope', 'git']);
+    await expect(command.run([])).rejects.toMatchObject({ field: 'argv' });
+    await expect(command.run(['git', 1 as unknown as string])).rejects.toBeInstanceOf(ValidationError);
+    expect(bp.commands).toHaveLength(2);
+    expect(() => fakeBlueprint({ command: { respond: 'exit 0' as never } })).toThrow(/command\.respond: must be a function/);
+    expect(() => fakeBlueprint({ command: null as never })).toThrow(/command: must be/);
+  });
+
   test('name, type and limits are those given', () => {
     const bp = fakeBlueprint({ name: 'mine', type: 'host', limits: { maxResources: 3 } });
     expect(bp.name).toBe('mine');
@@ -123,6 +162,18 @@ describe('the fake inside a test broker: failures with times, driven by the manu
     await broker.advance({ seconds: 5 });
     expect(await handle.status()).toBe('active');
     expect(bp.calls.activateResource).toBe(2);
+    await broker.close();
+  });
+});
+
+describe('the fake command interface through a lease', () => {
+  test("lease.interface('command') of a fake's lease runs nothing, and the run is recorded with the lease and its resource", async () => {
+    const bp = fakeBlueprint({ name: 'f', type: 'host', command: { respond: ({ argv }) => ({ stdout: `ran ${argv.join(' ')}` }) } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const lease = await broker.acquire({ type: 'host' });
+    await expect(lease.interface('command').run(['npm', 'test'], { cwd: 'app' })).resolves.toMatchObject({ exitCode: 0, stdout: 'ran npm test' });
+    expect(bp.commands).toEqual([{ argv: ['npm', 'test'], cwd: 'app', env: undefined, stdin: undefined, lease: lease.id, resource: lease.resource.id }]);
+    await lease.release();
     await broker.close();
   });
 });
@@ -191,6 +242,43 @@ describe('createTestBroker', () => {
     expect(await handle.status()).toBe('destroyed');
     expect(await broker.logs({ lease: handle.id, type: 'lease.expired' })).toHaveLength(1);
     await broker.close();
+  });
+
+  test('numbers leases and resources per broker (lease_0001, res_0001, ...), so two runs of a test see the same ids', async () => {
+    const ids = async () => {
+      const broker = track(await createTestBroker({ blueprints: [fakeBlueprint({ name: 'f', exclusive: true })] }));
+      const a = await broker.acquire({ type: 'fake' });
+      const b = await broker.acquire({ type: 'fake' });
+      const seen = [a.id, a.resource.id, b.id, b.resource.id];
+      await broker.close();
+      return seen;
+    };
+    expect(await ids()).toEqual(['lease_0001', 'res_0001', 'lease_0002', 'res_0002']);
+    expect(await ids()).toEqual(['lease_0001', 'res_0001', 'lease_0002', 'res_0002']);
+  });
+
+  test('deterministicIds: off gives random ids; on works on any fresh database (this tier\'s); off by default with a dataDir; a non-boolean is refused', async () => {
+    const random = track(await createTestBroker({ deterministicIds: false }));
+    expect((await random.requestLease({ type: 'fake' })).id).toMatch(/^lease_[0-9a-f]{20}$/);
+    await random.close();
+    const numbered = await testBroker({ deterministicIds: true });
+    expect((await numbered.requestLease({ type: 'fake' })).id).toBe('lease_0001');
+    await numbered.close();
+    const dataDir = mkdtempSync(join(tmpdir(), 'slipway-ids-'));
+    try {
+      const durable = track(await createTestBroker({ database: { embedded: true, dataDir } }));
+      expect((await durable.requestLease({ type: 'fake' })).id).toMatch(/^lease_[0-9a-f]{20}$/);
+      await durable.close();
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+    await expect(createTestBroker({ deterministicIds: 'yes' as never })).rejects.toThrow(/deterministicIds: must be a boolean/);
+    if (testDatabase()) {
+      // A url: random by default, as a schema may outlive one broker.
+      const shared = track(await createTestBroker({ database: testDatabase() }));
+      expect((await shared.requestLease({ type: 'fake' })).id).toMatch(/^lease_[0-9a-f]{20}$/);
+      await shared.close();
+    }
   });
 
   test('accepts a ManualClock of the caller; runUntilIdle needs workers', async () => {

@@ -225,14 +225,30 @@ class SingleStatementError extends Error {
   }
 }
 
+/** Names a new lease or resource. */
+export type IdSource = (prefix: 'lease' | 'res') => string;
+
+/**
+ * The createBroker option under which `slipway/testing` passes an IdSource (numbered ids
+ * for stable snapshots). A symbol, so it is no option a user can name or misspell.
+ */
+export const ID_SOURCE = Symbol('slipway.idSource');
+
 export class Store {
   readonly sql: Statements;
   readonly s: string;
+
+  /** The IdSource given to createBroker under ID_SOURCE, if any. */
+  static idSourceOf(options: object): IdSource | undefined {
+    return (options as { [ID_SOURCE]?: IdSource })[ID_SOURCE];
+  }
 
   constructor(
     readonly db: Db,
     private readonly clock: Clock,
     private readonly afterCommit: (unit: Unit) => void,
+    /** Random ids when absent. */
+    private readonly ids?: IdSource,
   ) {
     this.sql = statements(db.schema);
     this.s = quoteIdent(db.schema);
@@ -300,6 +316,7 @@ export class Store {
   }
 
   newId(prefix: 'lease' | 'res'): string {
+    if (this.ids) return this.ids(prefix);
     return `${prefix}_${randomUUID().replaceAll('-', '').slice(0, 20)}`;
   }
 

@@ -1,7 +1,9 @@
 import type { HookTimeouts } from '../blueprint/timeouts.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { defineBlueprint } from '../blueprint/define-blueprint.js';
-import type { Blueprint, BlueprintImplementation, BlueprintLimits } from '../blueprint/contract.js';
+import type { Blueprint, BlueprintImplementation, BlueprintLimits, CommandInterface, CommandOptions, CommandResult } from '../blueprint/contract.js';
+import { AbortError } from '../errors/abort-error.js';
+import { ValidationError } from '../errors/validation-error.js';
 import type { JsonObject } from '../model/spec.js';
 
 export type FakeHook =
@@ -21,6 +23,43 @@ export interface FakeFailure {
   throws: unknown | (() => unknown);
   /** How many calls fail before the hook succeeds again. @defaultValue Infinity */
   times?: number;
+}
+
+/** One `lease.interface('command').run(argv, options)` call on a fake's lease, as recorded in `FakeBlueprint.commands`. */
+export interface FakeCommandCall {
+  argv: string[];
+  /** As given; the fake has no directory of its own to default to. */
+  cwd: string | undefined;
+  /** As given: only the variables the caller set, not the merged environment. */
+  env: Record<string, string | undefined> | undefined;
+  stdin: string | undefined;
+  /** The lease and the resource the command ran on. */
+  lease: string;
+  resource: string;
+}
+
+/** What a fake command answers. Missing fields are those of a quiet success. */
+export interface FakeCommandReply {
+  /** @defaultValue 0 */
+  exitCode?: number | null;
+  /** @defaultValue '' */
+  stdout?: string;
+  /** @defaultValue '' */
+  stderr?: string;
+  /** @defaultValue null */
+  signal?: string | null;
+  /** @defaultValue false */
+  timedOut?: boolean;
+}
+
+/**
+ * The scripted `command` interface of a fake's leases: nothing runs. Each call is recorded
+ * first, then `respond` decides the result from the call; an error it throws (a
+ * `CommandStartError` of `slipway/blueprints`, say) is what `run()` rejects with.
+ */
+export interface FakeCommandOptions {
+  /** @defaultValue every command exits 0 with no output */
+  respond?: (call: FakeCommandCall) => FakeCommandReply | Promise<FakeCommandReply>;
 }
 
 export interface FakeBlueprintOptions {
@@ -44,9 +83,20 @@ export interface FakeBlueprintOptions {
   idleExpiry?: BlueprintImplementation['idleExpiry'];
   /** A child lease to take during allocation. */
   child?: { type: string; attributes?: JsonObject };
+  /**
+   * The leases' `command` interface. `run(argv, options)` is checked as `localHosts` checks
+   * it (a non-empty array of strings), rejects with `AbortError` when `options.signal` is
+   * aborted, passes the output to `onStdout`/`onStderr`, and resolves with the reply.
+   * @defaultValue every command exits 0 with no output
+   */
+  command?: FakeCommandOptions;
 }
 
-/** A blueprint for users' own test suites: configurable delays, injected failures, counted calls. */
+/**
+ * A blueprint for users' own test suites: configurable delays, injected failures, counted
+ * calls, and leases with a scripted `command` interface (`echo` too: the lease and
+ * resource ids).
+ */
 export interface FakeBlueprint extends Blueprint<FakeBlueprintOptions> {
   /** How many times each hook was called. */
   readonly calls: Record<FakeHook, number>;
@@ -54,6 +104,8 @@ export interface FakeBlueprint extends Blueprint<FakeBlueprintOptions> {
   readonly history: Array<{ hook: FakeHook; id: string; resume: boolean }>;
   /** Changes a failure while the test runs; `undefined` clears it. */
   fail(hook: FakeHook, failure: FakeFailure | undefined): void;
+  /** Every `command` run on this blueprint's leases, in order; answered or not. */
+  readonly commands: FakeCommandCall[];
 }
 
 let counter = 0;
@@ -83,6 +135,32 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
       throw typeof failure.throws === 'function' ? (failure.throws as () => unknown)() : failure.throws;
     }
   }
+
+  if (options.command !== undefined && (options.command === null || typeof options.command !== 'object')) throw new ValidationError('command', 'must be { respond? }');
+  const respond = options.command?.respond;
+  if (respond !== undefined && typeof respond !== 'function') throw new ValidationError('command.respond', 'must be a function (call) => ({ exitCode?, stdout?, stderr? })');
+  const commands: FakeCommandCall[] = [];
+  const commandInterface = (lease: string, resource: string): CommandInterface => ({
+    async run(argv: readonly string[], runOptions?: CommandOptions): Promise<CommandResult> {
+      if (!Array.isArray(argv) || argv.length === 0 || argv.some((arg) => typeof arg !== 'string')) {
+        throw new ValidationError('argv', 'must be a non-empty array of strings, like ["git", "status"]');
+      }
+      const call: FakeCommandCall = { argv: [...argv], cwd: runOptions?.cwd, env: runOptions?.env && { ...runOptions.env }, stdin: runOptions?.stdin, lease, resource };
+      commands.push(call);
+      if (runOptions?.signal?.aborted) throw new AbortError(`command ${JSON.stringify(argv[0])} was aborted before it started`, { cause: runOptions.signal.reason });
+      const reply = (await respond?.(call)) ?? {};
+      const result: CommandResult = {
+        exitCode: reply.exitCode === undefined ? 0 : reply.exitCode,
+        signal: reply.signal ?? null,
+        stdout: reply.stdout ?? '',
+        stderr: reply.stderr ?? '',
+        timedOut: reply.timedOut ?? false,
+      };
+      if (result.stdout) runOptions?.onStdout?.(result.stdout);
+      if (result.stderr) runOptions?.onStderr?.(result.stderr);
+      return result;
+    },
+  });
 
   const type = options.type ?? 'fake';
   const implementation = defineBlueprint<FakeBlueprintOptions>({
@@ -127,10 +205,12 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
       await step('destroyResource', ctx);
     },
     interfaces: {
+      command: (ctx) => commandInterface(ctx.lease.id, ctx.resource.id),
+      /** The lease and resource ids, for a test that only needs to see which resource it got. */
       echo: (ctx) => ({ lease: ctx.lease.id, resource: ctx.resource.id }),
     },
   });
   const limits = options.exclusive ? { maxLeasesPerResource: 1, ...options.limits } : options.limits;
   const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits, enabled: options.enabled, timeouts: options.timeouts });
-  return Object.assign(Object.create(null), blueprint, { calls, history, fail }) as FakeBlueprint;
+  return Object.assign(Object.create(null), blueprint, { calls, history, fail, commands }) as FakeBlueprint;
 }
