@@ -14,3 +14,4 @@ export { RetryLater } from './retry-later.js';
 export { HookTimeoutError } from './hook-timeout-error.js';
 export { SchemaNotMigratedError } from './schema-not-migrated-error.js';
 export { ChildLeaseCycleError } from './child-lease-cycle-error.js';
+export { SchemaTooNewError } from './schema-too-new-error.js';
