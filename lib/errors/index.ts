@@ -15,3 +15,4 @@ export { HookTimeoutError } from './hook-timeout-error.js';
 export { SchemaNotMigratedError } from './schema-not-migrated-error.js';
 export { ChildLeaseCycleError } from './child-lease-cycle-error.js';
 export { DataDirLockedError } from './data-dir-locked-error.js';
+export { SchemaTooNewError } from './schema-too-new-error.js';

@@ -1,12 +1,29 @@
 import { SchemaNotMigratedError } from '../errors/schema-not-migrated-error.js';
-import type { Db } from './db.js';
+import { SchemaTooNewError } from '../errors/schema-too-new-error.js';
+import type { Db, Sql } from './db.js';
 import { MIGRATIONS } from './migrations/index.js';
 import { quoteIdent } from './sql.js';
 
 /**
+ * The migration ids in the schema's ledger. Throws SchemaTooNewError when it holds a migration this
+ * version does not know (a newer slipway migrated the schema), before anything is applied
+ * or started on tables whose meaning may have changed.
+ */
+async function readLedger(sql: Sql, schema: string): Promise<Set<number>> {
+  const rows = (await sql.query<{ id: number; name: string }>(`SELECT id, name FROM ${quoteIdent(schema)}.migrations ORDER BY id`)).map((r) => ({ id: Number(r.id), name: r.name }));
+  const known = new Set(MIGRATIONS.map((m) => m.id));
+  const unknown = rows.filter((r) => !known.has(r.id));
+  if (unknown.length > 0) {
+    throw new SchemaTooNewError(schema, Math.max(...known), Math.max(...rows.map((r) => r.id)), unknown);
+  }
+  return new Set(rows.map((r) => r.id));
+}
+
+/**
  * Creates the schema and applies pending migrations in one transaction under an
  * advisory lock keyed on the schema name, so two processes starting at once both
- * succeed: the second waits, then finds nothing left to do.
+ * succeed: the second waits, then finds nothing left to do. A schema a newer slipway
+ * migrated is refused before anything is applied, and the transaction rolls back.
  */
 export async function migrate(db: Db): Promise<number[]> {
   const s = quoteIdent(db.schema);
@@ -16,7 +33,7 @@ export async function migrate(db: Db): Promise<number[]> {
     await tx.query(
       `CREATE TABLE IF NOT EXISTS ${s}.migrations (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
     );
-    const done = new Set((await tx.query<{ id: number }>(`SELECT id FROM ${s}.migrations`)).map((r) => Number(r.id)));
+    const done = await readLedger(tx, db.schema);
     const applied: number[] = [];
     for (const migration of MIGRATIONS) {
       if (done.has(migration.id)) continue;
@@ -30,8 +47,9 @@ export async function migrate(db: Db): Promise<number[]> {
 
 /**
  * For `migrate: false`: checks, without writing or locking anything, that the schema exists
- * and its ledger holds every migration of this version. Otherwise the broker would start and
- * fail later, on its first statement, with a bare "relation does not exist".
+ * and its ledger holds every migration of this version and none it does not know. Otherwise
+ * the broker would start and fail later, on its first statement, with a bare "relation does
+ * not exist", or run on tables a newer version gave another meaning.
  */
 export async function checkMigrated(db: Db): Promise<void> {
   const [found] = await db.query<{ schema: boolean; ledger: boolean }>(
@@ -41,7 +59,7 @@ export async function checkMigrated(db: Db): Promise<void> {
   const all = MIGRATIONS.map((m) => m.id);
   if (!found.schema) throw new SchemaNotMigratedError(db.schema, 'does not exist', all);
   if (!found.ledger) throw new SchemaNotMigratedError(db.schema, 'exists but has no migrations table (slipway never migrated it)', all);
-  const done = new Set((await db.query<{ id: number }>(`SELECT id FROM ${quoteIdent(db.schema)}.migrations`)).map((r) => Number(r.id)));
+  const done = await readLedger(db, db.schema);
   const missing = MIGRATIONS.filter((m) => !done.has(m.id));
   if (missing.length > 0) {
     throw new SchemaNotMigratedError(db.schema, `lacks migration${missing.length > 1 ? 's' : ''} ${missing.map((m) => `${m.id} (${m.name})`).join(', ')}`, missing.map((m) => m.id));
