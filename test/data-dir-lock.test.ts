@@ -169,7 +169,9 @@ describeOnEmbedded('one opener per embedded dataDir', () => {
 
     const { seen, logger } = warnings();
     const broker = await open(dataDir, { logger });
-    expect(seen).toEqual([expect.objectContaining({ data: expect.objectContaining({ dataDir, pid: child.pid, hostname: hostname() }), message: expect.stringMatching(/stale lock/) })]);
+    expect(seen.filter((w) => /stale lock/.test(w.message))).toEqual([expect.objectContaining({ data: expect.objectContaining({ dataDir, pid: child.pid, hostname: hostname() }), message: expect.stringMatching(/stale lock/) })]);
+    // and the lease the dead holder left active is reported too
+    expect(seen.filter((w) => /active lease/.test(w.message))).toEqual([expect.objectContaining({ data: expect.objectContaining({ active: 1, withoutTtl: 1 }) })]);
     const leases = await broker.leases.list();
     expect(leases.map((l) => [l.id, l.status])).toEqual([[leaseId, 'active']]);
     await broker.close();
