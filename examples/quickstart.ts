@@ -5,8 +5,8 @@
  *
  *   npm run example
  */
-import { createBroker, type Lease } from '../lib/index.js';
-import { localHosts } from '../blueprints/index.js';
+import { createBroker, type Lease } from 'slipway';
+import { localHosts } from 'slipway/blueprints';
 
 const broker = await createBroker({
   blueprints: [localHosts({ name: 'local', config: { slots: 2 } })],

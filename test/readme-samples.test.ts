@@ -18,6 +18,8 @@ const { samples, unmarked, errors } = readmeSamples(readme);
 /** Samples that need a PostgreSQL server: run on the postgres tier, with its server. */
 const ON_POSTGRES = new Set(['examples/readme/postgres.ts']);
 const programs = samples.filter((s) => s.lang === 'ts' && !s.file.endsWith('.test.ts')).map((s) => s.file);
+/** And `npm run example`, the README's first command for a clone. */
+const QUICKSTART = 'examples/quickstart.ts';
 
 function run(file: string, env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; signal: string | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
@@ -56,9 +58,9 @@ describe('the README is in sync with its sample files', () => {
 const describeEmbedded = tier === 'embedded' ? describe : describe.skip;
 const describePostgres = tier === 'postgres' ? describe : describe.skip;
 
-describeEmbedded('each README program exits 0', () => {
+describeEmbedded('each README program, and the quickstart, exits 0', () => {
   // Concurrently: each is a process of its own.
-  test.concurrent.each(programs.filter((f) => !ON_POSTGRES.has(f)))('%s', async (file) => {
+  test.concurrent.each([...programs.filter((f) => !ON_POSTGRES.has(f)), QUICKSTART])('%s', async (file) => {
     await expectRuns(file);
   }, 120_000);
 });
