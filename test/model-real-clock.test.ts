@@ -31,6 +31,11 @@
  *   the request); each snapshot's time is taken after its reads, so every expiry that
  *   snapshot can show is in the past of it, and at the end a lease whose expiry has
  *   passed is due until it is destroyed (the end state waits for it).
+ * - One more fault kind, `outage`: from the first call that meets it, the hook throws on
+ *   every call for OUTAGE_MS (a blueprint failing for a while, the case issue 9 found
+ *   looping). Each call is a throw to the model, and the calls are counted against
+ *   invariant 8's backoff: at most BUILD_CALLS_PER_OUTAGE builds per blueprint, and
+ *   OBJECT_CALLS_PER_OUTAGE calls per lease or resource of any other hook.
  * - `maxAllocationFailures` is 1000: the model does not predict a lease breaking after a
  *   streak of failed builds (a test's break of the resource being built for it counts as
  *   one too). Per lease and per blueprint backoff still apply.
@@ -56,7 +61,7 @@ import { DateTime } from 'luxon';
 import { internals, type BrokerOptions } from '../lib/broker.js';
 import { toDb } from '../lib/time.js';
 import { guardBrokers, realBroker } from './helpers/broker.js';
-import { CONCURRENCY, envInt, envSeed, ModelHarness, removeDataDirs, scenarioOf, type Config, type FaultRecord, type Scenario, type Snapshot } from './helpers/model.js';
+import { CONCURRENCY, envInt, envSeed, ModelHarness, removeDataDirs, RESOURCE_HOOKS, scenarioOf, type Config, type FaultKind, type FaultRecord, type Hook, type Scenario, type Snapshot } from './helpers/model.js';
 import { tier } from './helpers/tier.js';
 
 guardBrokers();
@@ -80,6 +85,18 @@ const TTL_MS = [300, 2_500];
 const ADVANCE_MS = [50, 250, 700, 1_600];
 /** The delay of a RetryLater that names one. */
 const RETRY_AFTER_MS = 300;
+/** An `outage` fault: from the first call it meets, the hook throws on every call for this long (a blueprint failing for a while). */
+const OUTAGE_MS = 1_500;
+/**
+ * Invariant 8's bound on one outage. A failed build (allocateResource, activateResource)
+ * backs the blueprint off, 50 ms doubling to 500 ms: 1.5 s of failures costs about 6
+ * builds, a few more for builds already under way. Any other hook backs off or ends its
+ * object on its own: a failing destroy hook is retried with backoff, the others break
+ * their lease or are not called again.
+ */
+const BUILD_CALLS_PER_OUTAGE = 12;
+const OBJECT_CALLS_PER_OUTAGE = 8;
+const BUILD_HOOKS: ReadonlySet<Hook> = new Set(['allocateResource', 'activateResource']);
 /** How long one settle may take before the run fails as stuck. */
 const SETTLE_LIMIT_MS = 10_000;
 /** How long the end may wait for the system to be quiet. */
@@ -100,7 +117,8 @@ const TUNING = {
   gcInterval: false,
 } satisfies BrokerOptions;
 
-const scenarioArb = scenarioOf(STEPS, { ttl: TTL_MS, advance: ADVANCE_MS, retryAfter: RETRY_AFTER_MS });
+// Outages twice as often as each one-shot kind: most runs then meet one, and one of a build hook is what issue 9's tight loop needed.
+const scenarioArb = scenarioOf(STEPS, { ttl: TTL_MS, advance: ADVANCE_MS, retryAfter: RETRY_AFTER_MS, faultKinds: ['throw', 'retry', 'hang', 'slow', 'outage', 'outage'] });
 
 /** A timer of the host app: how late its ticks fire, while not paused (it starts paused: the first open resumes it). */
 class LagMonitor {
@@ -133,12 +151,48 @@ class LagMonitor {
 
 const isHookTimeout = (reason: unknown) => (reason as { code?: unknown } | undefined)?.code === 'HOOK_TIMEOUT';
 
+interface Outage {
+  hook: Hook;
+  until: number;
+  /** Calls that failed in it: per blueprint for builds, else per object (its pass key). */
+  calls: Map<string, number>;
+}
+
 class RealModelRun extends ModelHarness {
   readonly lag = new LagMonitor();
   private readonly startedAt = Date.now();
+  readonly outages: Outage[] = [];
 
   constructor(config: Config) {
     super(config, { concurrency: config.concurrency ?? CONCURRENCY, hookTimeoutMs: HOOK_TIMEOUT_MS, verbose: VERBOSE, replayEveryCheck: true });
+  }
+
+  /** During an outage of `hook` every call fails; an armed `outage` starts one. */
+  protected override nextFault(hook: Hook, ctx: any): { kind: FaultKind; after: number | null } | undefined {
+    const now = Date.now();
+    let outage = this.outages.find((o) => o.hook === hook && now < o.until);
+    if (!outage) {
+      const fault = super.nextFault(hook, ctx);
+      if (fault?.kind !== 'outage') return fault;
+      outage = { hook, until: now + OUTAGE_MS, calls: new Map() };
+      this.outages.push(outage);
+      this.trace.push(`      outage of ${hook} for ${OUTAGE_MS} ms begins @${this.elapsed()}`);
+    }
+    const key = BUILD_HOOKS.has(hook) ? `blueprint ${this.blueprint.name}` : RESOURCE_HOOKS.has(hook) ? `resource:${ctx.resource.id}` : `lease:${ctx.lease.id}`;
+    outage.calls.set(key, (outage.calls.get(key) ?? 0) + 1);
+    return { kind: 'outage', after: null };
+  }
+
+  /** Outages that cost more calls than backoff allows: the broker retried a failing hook without backing off. */
+  overBudget(): string[] {
+    const problems: string[] = [];
+    for (const o of this.outages) {
+      for (const [key, calls] of o.calls) {
+        const budget = BUILD_HOOKS.has(o.hook) ? BUILD_CALLS_PER_OUTAGE : OBJECT_CALLS_PER_OUTAGE;
+        if (calls > budget) problems.push(`${o.hook} failed ${calls} times for ${key} in one ${OUTAGE_MS} ms outage (backoff allows about ${budget}): a failing hook is retried without backing off`);
+      }
+    }
+    return problems;
   }
 
   protected hang(record: FaultRecord, ctx: { signal: AbortSignal }): () => Promise<void> {
@@ -217,7 +271,9 @@ class RealModelRun extends ModelHarness {
 
   override async check(phase: string): Promise<Snapshot> {
     const snap = await super.check(phase);
-    if (this.lag.worst > MAX_LAG_MS) this.fail(phase, [`the host's ${TICK_MS} ms timer fired ${this.lag.worst} ms late (at most ${MAX_LAG_MS}): the event loop was starved`], snap);
+    const problems = this.overBudget();
+    if (this.lag.worst > MAX_LAG_MS) problems.push(`the host's ${TICK_MS} ms timer fired ${this.lag.worst} ms late (at most ${MAX_LAG_MS}): the event loop was starved`);
+    if (problems.length > 0) this.fail(phase, problems, snap);
     return snap;
   }
 
@@ -240,6 +296,9 @@ class RealModelRun extends ModelHarness {
       const held = rows.filter((r) => r.claimed && blocked.has(r.key)).length;
       const due = rows.filter((r) => !r.claimed);
       if (running.length === 0 && (due.length === 0 || held >= this.concurrency)) return;
+      // A failing hook called in a loop never settles: say so now, not after the limit.
+      const overBudget = this.overBudget();
+      if (overBudget.length > 0) this.fail('while settling', overBudget);
       if (Date.now() > deadline) {
         throw new Error(`settle: after ${SETTLE_LIMIT_MS} ms, passes still running: ${running.map((r) => r.key).join(', ') || 'none'}; due: ${due.map((r) => r.key).join(', ') || 'none'}`);
       }
@@ -280,7 +339,8 @@ class RealModelRun extends ModelHarness {
 
   async quiesce() {
     this.armed.clear();
-    this.trace.push(`  end: faults disarmed; waiting until quiet @${this.elapsed()}`);
+    for (const o of this.outages) o.until = Math.min(o.until, Date.now());
+    this.trace.push(`  end: faults disarmed, outages over; waiting until quiet @${this.elapsed()}`);
     const deadline = Date.now() + QUIET_LIMIT_MS;
     for (let round = 0; ; round++) {
       await this.settle();
@@ -295,7 +355,7 @@ class RealModelRun extends ModelHarness {
 let runCount = 0;
 let worstLag = 0;
 /** What the runs met, for the summary line: fault hits by kind and outcome, leases and resources made. */
-const met = { faults: new Map<string, number>(), leases: 0, resources: 0 };
+const met = { faults: new Map<string, number>(), leases: 0, resources: 0, outages: 0, mostBuildCalls: 0, mostObjectCalls: 0 };
 async function runScenario(scenario: Scenario): Promise<RealModelRun> {
   const run = new RealModelRun(scenario.config);
   const started = Date.now();
@@ -322,6 +382,12 @@ async function runScenario(scenario: Scenario): Promise<RealModelRun> {
     for (const f of run.faults) met.faults.set(`${f.kind} ${f.outcome}`, (met.faults.get(`${f.kind} ${f.outcome}`) ?? 0) + 1);
     met.leases += run.leases.size;
     met.resources += run.resources.size;
+    met.outages += run.outages.length;
+    for (const o of run.outages) {
+      const most = Math.max(0, ...o.calls.values());
+      if (BUILD_HOOKS.has(o.hook)) met.mostBuildCalls = Math.max(met.mostBuildCalls, most);
+      else met.mostObjectCalls = Math.max(met.mostObjectCalls, most);
+    }
     await run.dispose();
     if (VERBOSE) process.stderr.write(`run ${runCount} done in ${Date.now() - started} ms, worst timer lag ${run.lag.worst} ms\n`);
   }
@@ -340,7 +406,8 @@ describe('model-based on the real clock: createBroker, workers on their own', ()
       const faults = [...met.faults].sort().map(([k, n]) => `${n} ${k}`).join(', ');
       console.log(
         `real-clock model test: ${PATH ? 1 : RUNS} run(s) x ${STEPS} steps on ${tier} in ${((Date.now() - started) / 1000).toFixed(1)} s; ` +
-          `${met.leases} leases, ${met.resources} resources; faults met: ${faults || 'none'}; worst timer lag ${worstLag} ms`,
+          `${met.leases} leases, ${met.resources} resources; faults met: ${faults || 'none'}; ${met.outages} outages, ` +
+          `at most ${met.mostBuildCalls} failed builds in one, ${met.mostObjectCalls} calls of one object; worst timer lag ${worstLag} ms`,
       );
     },
     60 * 60 * 1000,

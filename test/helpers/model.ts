@@ -41,7 +41,8 @@ export const envSeed = (name: string): number | undefined => {
 export const CONCURRENCY = 4;
 
 export type Hook = HookName;
-export type FaultKind = 'throw' | 'retry' | 'hang' | 'slow';
+/** `outage`: the real clock's harness only: the hook throws on every call for a while (see model-real-clock.test.ts). */
+export type FaultKind = 'throw' | 'retry' | 'hang' | 'slow' | 'outage';
 export type Step =
   | { do: 'acquire'; ttl: number | null; priority: number }
   | { do: 'release'; pick: number }
@@ -85,6 +86,8 @@ export interface StepTimings {
   advance: readonly number[];
   /** The delay of a `RetryLater` that names one (the other half leave it to the broker's backoff). */
   retryAfter: number;
+  /** The fault kinds to draw from. @defaultValue throw, retry, hang, slow */
+  faultKinds?: readonly FaultKind[];
 }
 
 export interface HarnessOptions {
@@ -115,7 +118,7 @@ export const stepArbOf = (t: StepTimings): fc.Arbitrary<Step> => fc.oneof(
     arbitrary: fc.record({
       do: fc.constant('fault' as const),
       hook: fc.constantFrom(...HOOKS),
-      kind: fc.constantFrom<FaultKind>('throw', 'retry', 'hang', 'slow'),
+      kind: fc.constantFrom<FaultKind>(...(t.faultKinds ?? ['throw', 'retry', 'hang', 'slow'])),
       after: fc.constantFrom(null, t.retryAfter),
     }),
   },
@@ -277,7 +280,7 @@ export abstract class ModelHarness {
     for (const hook of HOOKS) {
       const original = impl[hook] as (ctx: any) => unknown;
       wrapped[hook] = (ctx: any) => {
-        const fault = this.faultsPaused ? undefined : this.armed.get(hook)?.shift();
+        const fault = this.faultsPaused ? undefined : this.nextFault(hook, ctx);
         if (fault) this.nextGate[hook] = this.startFault(hook, fault, ctx);
         return original.call(impl, ctx);
       };
@@ -301,6 +304,7 @@ export abstract class ModelHarness {
     this.trace.push(`      fault ${fault.kind} hit ${hook} of ${record.passKey}${record.resource && !record.passKey.endsWith(record.resource) ? ` (on ${record.resource})` : ''}`);
     switch (fault.kind) {
       case 'throw':
+      case 'outage':
         record.outcome = 'failed';
         return () => Promise.reject(new Error(`model: injected failure of ${hook}`));
       case 'retry':
@@ -311,6 +315,11 @@ export abstract class ModelHarness {
       case 'slow':
         return this.slow(record);
     }
+  }
+
+  /** The fault this call of `hook` meets: the next one armed for it. */
+  protected nextFault(hook: Hook, _ctx: any): { kind: FaultKind; after: number | null } | undefined {
+    return this.armed.get(hook)?.shift();
   }
 
   /** A hang: adds the record to `blocked`; returns a gate that never settles (the hook's timeout, or a close, ends the call). */
