@@ -46,6 +46,19 @@ describe('the README is in sync with its sample files', () => {
     expect(programs).toEqual(expect.arrayContaining(['examples/readme/use.ts', 'examples/readme/blueprint.ts', 'examples/readme/postgres.ts', 'examples/readme/local-hosts.ts']));
   });
 
+  test("the README opens with the contributor's two commands, then the user's npm install", () => {
+    // The first code block: exactly `npm run example` and `npm test` (what .ci/run runs too).
+    const blocks = [...readme.matchAll(/```(\w*)\n([\s\S]*?)```/g)];
+    const commands = blocks[0]![2]!.trim().split('\n').map((line) => line.replace(/#.*/, '').trim());
+    expect(commands).toEqual(['npm ci && npm run example', 'npm test']);
+    expect(readme.slice(0, blocks[0]!.index).split('\n').filter((l) => l.startsWith('#'))).toEqual(['# slipway']);
+    // Right after them, the user's install section.
+    const afterCommands = readme.slice(blocks[0]!.index! + blocks[0]![0].length);
+    expect(afterCommands.trimStart().split('\n')[0]).toBe('## Install');
+    expect(blocks[1]![2]!.trim()).toBe('npm install slipway');
+    expect(readFileSync(join(repoRoot, '.ci/run'), 'utf8')).toMatch(/^npm test$/m);
+  });
+
   test.each(samples.map((s) => [s.file, s] as const))('%s is the README block verbatim', (file, sample) => {
     const content = readFileSync(join(repoRoot, file), 'utf8');
     if (sample.code !== content) {
