@@ -19,6 +19,7 @@ import { NotFoundError } from './errors/not-found-error.js';
 import { UnknownTypeError } from './errors/unknown-type-error.js';
 import { SlipwayError } from './errors/slipway-error.js';
 import { ValidationError } from './errors/validation-error.js';
+import { leaseSignal } from './lease-signal.js';
 import { renderLog, type LogEntry } from './logs/log-types.js';
 import { checkCommandOptions, checkFilter, checkOptions, checkSubscription, checkText, optionalBoolean, optionalSignal } from './model/call-arguments.js';
 import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from './model/lease.js';
@@ -427,6 +428,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     const resource = known ?? (row.resourceId ? await store.resource(row.resourceId) : null);
     if (!resource) throw new LeaseBrokenError(row.id, 'lease has no resource');
     const blueprint = blueprints.get(resource.blueprint);
+    const signal = leaseSignal({ clock, store, changes: leaseWatchers, hints: leaseHints, recheck: sweepInterval, closed: abort.signal }, row);
     const lease: Lease = {
       id: row.id,
       type: row.type,
@@ -435,6 +437,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       owner: row.owner,
       expiresAt: row.expiresAt,
       resource: { id: resource.id, type: resource.type, blueprint: resource.blueprint, attributes: resource.attributes },
+      get signal() {
+        return signal.get();
+      },
       interface(name: string): any {
         const offers = blueprint?.implementation.interfaces ?? {};
         // Own names only: `constructor` or `__proto__` must not find Object's.
@@ -442,10 +447,24 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         if (!factory) {
           throw new ValidationError('interface', `blueprint ${resource.blueprint} offers no "${String(name)}" interface (it offers: ${Object.keys(offers).join(', ') || 'none'})`);
         }
-        return factory({ ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false), lease: leaseView(row), resource: resourceView(resource) });
+        return factory({
+          ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false),
+          lease: leaseView(row),
+          resource: resourceView(resource),
+          // Read when the interface needs it: an interface that never looks starts no watch.
+          get signal() {
+            return signal.get();
+          },
+        });
       },
-      release: (opts) => releaseAndWait(row.id, opts),
-      [Symbol.asyncDispose]: () => releaseAndWait(row.id),
+      async release(opts) {
+        await releaseAndWait(row.id, opts);
+        if (opts?.wait !== false) signal.destroyed();
+      },
+      async [Symbol.asyncDispose]() {
+        await releaseAndWait(row.id);
+        signal.destroyed();
+      },
     };
     return lease;
   }
