@@ -459,13 +459,20 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       },
       async release(opts) {
         await releaseAndWait(row.id, opts);
-        if (opts?.wait !== false) signal.destroyed();
+        if (opts?.wait !== false) {
+          gone = true;
+          signal.destroyed();
+        }
       },
+      // Seen destroyed already: nothing to release, also after close (`await using` after an explicit release).
       async [Symbol.asyncDispose]() {
+        if (gone) return;
         await releaseAndWait(row.id);
+        gone = true;
         signal.destroyed();
       },
     };
+    let gone = false;
     return lease;
   }
 
@@ -621,12 +628,18 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
 
   async function requestLease(spec: LeaseSpec): Promise<LeaseHandle> {
     const { id, activeOptions } = await request(spec);
+    let gone = false;
+    const release = async (opts?: { wait?: boolean }) => {
+      await releaseAndWait(id, opts);
+      if (opts?.wait !== false) gone = true;
+    };
     return {
       id,
       whenActive: (options) => live(() => whenActive(id, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal }))),
       status: () => live(async () => (await store.lease(id))!.status),
-      release: (opts) => live(() => releaseAndWait(id, opts)),
-      [Symbol.asyncDispose]: () => live(() => releaseAndWait(id)),
+      release: (opts) => live(() => release(opts)),
+      // Seen destroyed already: nothing to release, also after close.
+      [Symbol.asyncDispose]: () => (gone ? Promise.resolve() : live(() => release())),
     };
   }
 

@@ -60,7 +60,11 @@ export interface Lease<LeaseAttrs extends JsonObject = JsonObject, ResourceAttrs
   readonly signal: AbortSignal;
   interface<Name extends keyof StandardInterfaces>(name: Name): StandardInterfaces[Name];
   interface<T = unknown>(name: string): T;
-  /** Writes a release command. By default resolves once the lease is destroyed. */
+  /**
+   * Writes a release command. By default resolves once the lease is destroyed. Disposing
+   * the lease (`await using`) releases it the same way, and does nothing once a
+   * `release()` of this object has seen it destroyed, also after `broker.close()`.
+   */
   release(options?: { wait?: boolean }): Promise<void>;
 }
 
