@@ -19,6 +19,7 @@ import { NotFoundError } from './errors/not-found-error.js';
 import { UnknownTypeError } from './errors/unknown-type-error.js';
 import { SlipwayError } from './errors/slipway-error.js';
 import { ValidationError } from './errors/validation-error.js';
+import { leaseSignal } from './lease-signal.js';
 import { renderLog, type LogEntry } from './logs/log-types.js';
 import { checkCommandOptions, checkFilter, checkOptions, checkSubscription, checkText, optionalBoolean, optionalSignal } from './model/call-arguments.js';
 import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from './model/lease.js';
@@ -427,6 +428,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     const resource = known ?? (row.resourceId ? await store.resource(row.resourceId) : null);
     if (!resource) throw new LeaseBrokenError(row.id, 'lease has no resource');
     const blueprint = blueprints.get(resource.blueprint);
+    const signal = leaseSignal({ clock, store, changes: leaseWatchers, hints: leaseHints, recheck: sweepInterval, closed: abort.signal }, row);
     const lease: Lease = {
       id: row.id,
       type: row.type,
@@ -435,6 +437,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       owner: row.owner,
       expiresAt: row.expiresAt,
       resource: { id: resource.id, type: resource.type, blueprint: resource.blueprint, attributes: resource.attributes },
+      get signal() {
+        return signal.get();
+      },
       interface(name: string): any {
         const offers = blueprint?.implementation.interfaces ?? {};
         // Own names only: `constructor` or `__proto__` must not find Object's.
@@ -442,11 +447,32 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         if (!factory) {
           throw new ValidationError('interface', `blueprint ${resource.blueprint} offers no "${String(name)}" interface (it offers: ${Object.keys(offers).join(', ') || 'none'})`);
         }
-        return factory({ ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false), lease: leaseView(row), resource: resourceView(resource) });
+        return factory({
+          ...baseContext(runtime, blueprint!, { lease: row.id, resource: resource.id }, false),
+          lease: leaseView(row),
+          resource: resourceView(resource),
+          // Read when the interface needs it: an interface that never looks starts no watch.
+          get signal() {
+            return signal.get();
+          },
+        });
       },
-      release: (opts) => releaseAndWait(row.id, opts),
-      [Symbol.asyncDispose]: () => releaseAndWait(row.id),
+      async release(opts) {
+        await releaseAndWait(row.id, opts);
+        if (opts?.wait !== false) {
+          gone = true;
+          signal.destroyed();
+        }
+      },
+      // Seen destroyed already: nothing to release, also after close (`await using` after an explicit release).
+      async [Symbol.asyncDispose]() {
+        if (gone) return;
+        await releaseAndWait(row.id);
+        gone = true;
+        signal.destroyed();
+      },
     };
+    let gone = false;
     return lease;
   }
 
@@ -602,12 +628,18 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
 
   async function requestLease(spec: LeaseSpec): Promise<LeaseHandle> {
     const { id, activeOptions } = await request(spec);
+    let gone = false;
+    const release = async (opts?: { wait?: boolean }) => {
+      await releaseAndWait(id, opts);
+      if (opts?.wait !== false) gone = true;
+    };
     return {
       id,
       whenActive: (options) => live(() => whenActive(id, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal }))),
       status: () => live(async () => (await store.lease(id))!.status),
-      release: (opts) => live(() => releaseAndWait(id, opts)),
-      [Symbol.asyncDispose]: () => live(() => releaseAndWait(id)),
+      release: (opts) => live(() => release(opts)),
+      // Seen destroyed already: nothing to release, also after close.
+      [Symbol.asyncDispose]: () => (gone ? Promise.resolve() : live(() => release())),
     };
   }
 

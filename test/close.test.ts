@@ -134,3 +134,28 @@ describe('close() called twice', () => {
     expect(handle.id).toMatch(/^lease_/);
   });
 });
+
+describe('disposing a lease after close (`await using` after an explicit release)', () => {
+  test('a lease that release() saw destroyed disposes as a no-op, also after close', async () => {
+    const broker = await realBroker({ blueprints: [fakeBlueprint({ name: 'pool', type: 'host' })] });
+    const lease = await broker.acquire({ type: 'host', owner: 'job' });
+    const handle = await broker.requestLease({ type: 'host', owner: 'job-2' });
+    await handle.whenActive();
+    await lease.release();
+    await handle.release();
+    await broker.close();
+    await expect(lease[Symbol.asyncDispose]()).resolves.toBeUndefined();
+    await expect(handle[Symbol.asyncDispose]()).resolves.toBeUndefined();
+  });
+
+  test('a lease still active when the broker closed is not silently dropped: disposing it says the broker is closed', async () => {
+    const broker = await realBroker({ blueprints: [fakeBlueprint({ name: 'pool', type: 'host' })] });
+    const lease = await broker.acquire({ type: 'host', owner: 'job' });
+    // release({ wait: false }) wrote the command but never saw the lease destroyed.
+    const other = await broker.acquire({ type: 'host', owner: 'job-2' });
+    await other.release({ wait: false });
+    await broker.close();
+    await expect(lease[Symbol.asyncDispose]()).rejects.toBeInstanceOf(BrokerClosedError);
+    await expect(other[Symbol.asyncDispose]()).rejects.toBeInstanceOf(BrokerClosedError);
+  });
+});

@@ -1,13 +1,15 @@
-import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, realpath, rm, stat, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readdir, readFile, realpath, rm, stat, writeFile } from 'node:fs/promises';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Duration } from 'luxon';
 import { CommandStartError, localHosts } from '../blueprints/index.js';
+import { registryDirectory, stopLeaseProcesses, type RegistryEntry } from '../blueprints/local-hosts/process-registry.js';
 import { SlotPicker } from '../blueprints/local-hosts/slot-picker.js';
-import { AbortError, createBroker, ValidationError, type Broker, type CommandOptions, type Lease } from '../lib/index.js';
+import { AbortError, createBroker, LeaseNotActiveError, ValidationError, type Broker, type CommandOptions, type DatabaseOptions, type Lease } from '../lib/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
-import { testDatabase } from './helpers/tier.js';
+import { freshSchema, testDatabase, tierUrl } from './helpers/tier.js';
 
 guardBrokers();
 
@@ -22,9 +24,9 @@ afterAll(async () => {
 });
 
 /** A real broker (real clock, real processes) on this run's tier. */
-async function realBroker(slots: number, name = 'local'): Promise<Broker> {
-  const root = await mkdtemp(join(scratch, 'root-'));
-  return createBroker({ database: testDatabase(), blueprints: [localHosts({ name, config: { slots, root } })], sweepInterval: { milliseconds: 100 } });
+async function realBroker(slots: number, name = 'local', root?: string, database: DatabaseOptions | undefined = testDatabase()): Promise<Broker> {
+  root ??= await mkdtemp(join(scratch, 'root-'));
+  return createBroker({ database, blueprints: [localHosts({ name, config: { slots, root } })], sweepInterval: { milliseconds: 100 } });
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -266,6 +268,295 @@ describe('localHosts: the command interface', () => {
     expect(await field(run(['ls'], { timeout: 0 }))).toBe('options.timeout');
     expect(await field(run(['ls'], { env: { A: 1 as unknown as string } }))).toBe('options.env.A');
     expect(await field(run(['ls'], { cwd: 'does-not-exist' }))).toBe('options.cwd');
+  });
+});
+
+/** The state letter of each process in /proc whose pid, or (for a negative pid) process group, is this one. */
+function procStates(pid: number): string[] {
+  const states: string[] = [];
+  for (const name of pid > 0 ? [String(pid)] : readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    try {
+      const fields = readFileSync(`/proc/${name}/stat`, 'utf8').split(') ').at(-1)!.split(' ');
+      if (pid > 0 || fields[2] === String(-pid)) states.push(fields[0]!);
+    } catch {
+      // gone while listed
+    }
+  }
+  return states;
+}
+
+/**
+ * Whether a process (or, with a negative pid, any process of a group) still runs. A
+ * zombie does not: it has exited, and an orphan's zombie may wait forever for a
+ * container's init to reap it.
+ */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  return process.platform !== 'linux' || procStates(pid).some((state) => state !== 'Z' && state !== 'X');
+}
+
+/** Waits for a file a child writes, and reads the pid in it. */
+async function pidFrom(file: string, ms = 5_000): Promise<number> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    const text = await readFile(file, 'utf8').catch(() => '');
+    if (/^\d+\s*$/.test(text)) return Number(text);
+    await sleep(10);
+  }
+  throw new Error(`no pid in ${file} after ${ms} ms`);
+}
+
+/** How a promise settled, and when (Date.now()). */
+function settled<T>(p: Promise<T>) {
+  const state: { at?: number; value?: T; error?: unknown } = {};
+  const done = p.then(
+    (value) => Object.assign(state, { at: Date.now(), value }),
+    (error: unknown) => Object.assign(state, { at: Date.now(), error }),
+  );
+  return { state, done };
+}
+
+/** Kills what a failed test may have left running. */
+function killGroup(pid: number | undefined) {
+  if (pid === undefined) return;
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+describe('localHosts: a lease that leaves active while its commands run', () => {
+  test('slots: 1 — an expired lease\'s processes are gone, and then its directory, before the next lease gets the slot', async () => {
+    const broker = track(await realBroker(1, 'expiry'));
+    const a = await broker.acquire({ type: 'host', ttl: { milliseconds: 1_500 } });
+    const dir = a.interface('filesystem').path;
+    const pidFile = join(scratch, `pid-${a.id}`);
+    const vanished = join(scratch, `vanished-${a.id}`);
+    // The shell and its children ignore SIGTERM: they live until SIGKILL, and meanwhile
+    // report whether their directory was removed under them. Bounded, should the test fail.
+    const script = `trap '' TERM; echo $$ > ${pidFile}; i=0; while [ $i -lt 400 ]; do [ -d ${dir} ] || echo gone >> ${vanished}; i=$((i+1)); sleep 0.02; done`;
+    const running = settled(a.interface('command').run(['/bin/sh', '-c', script]));
+    let pid: number | undefined;
+    try {
+      pid = await pidFrom(pidFile);
+      const b = await broker.requestLease({ type: 'host', timeout: { seconds: 20 } });
+      // Sample until B is active: never B active while A's process group lives, never A's directory gone while it lives.
+      const samples: Array<{ groupAlive: boolean; dirExists: boolean; bStatus: string }> = [];
+      for (let status = 'pending'; status !== 'active'; ) {
+        const groupAlive = alive(-pid);
+        const dirExists = existsSync(dir);
+        status = await b.status();
+        samples.push({ groupAlive, dirExists, bStatus: status });
+        if (samples.length > 2_000) throw new Error('B never became active');
+        await sleep(10);
+      }
+      const bActiveAt = Date.now();
+      expect(samples.filter((s) => s.groupAlive && s.bStatus === 'active')).toEqual([]);
+      expect(samples.filter((s) => s.groupAlive && !s.dirExists)).toEqual([]);
+      // A lived past its expiry (it ignored SIGTERM), so the slot really waited for it.
+      expect(samples.some((s) => s.groupAlive && Date.now() > a.expiresAt!.toMillis())).toBe(true);
+      expect(alive(pid)).toBe(false);
+      expect(alive(-pid)).toBe(false);
+      expect(existsSync(vanished)).toBe(false);
+      expect(existsSync(dir)).toBe(false);
+
+      await Promise.race([running.done, sleep(5_000)]);
+      expect(running.state.error).toBeInstanceOf(LeaseNotActiveError);
+      expect(running.state.error).toMatchObject({ leaseId: a.id, why: 'expired' });
+      expect(running.state.at!).toBeLessThanOrEqual(bActiveAt);
+      await (await b.whenActive()).release();
+    } finally {
+      killGroup(pid);
+      await running.done;
+      await broker.close();
+    }
+  }, 30_000);
+
+  test('release() kills the lease\'s processes (the whole group) before its directory goes, and run() rejects with LeaseNotActiveError', async () => {
+    const broker = track(await realBroker(1, 'release'));
+    const lease = await broker.acquire({ type: 'host' });
+    const dir = lease.interface('filesystem').path;
+    const pidFile = join(scratch, `pid-${lease.id}`);
+    const childPidFile = join(scratch, `child-${lease.id}`);
+    // A grandchild in the background: only killing the group stops it.
+    const script = `sleep 30 & echo $! > ${childPidFile}; echo $$ > ${pidFile}; wait`;
+    const running = settled(lease.interface('command').run(['/bin/sh', '-c', script]));
+    let pid: number | undefined;
+    try {
+      pid = await pidFrom(pidFile);
+      const grandchild = await pidFrom(childPidFile);
+      await lease.release();
+      expect(alive(pid)).toBe(false);
+      expect(alive(grandchild)).toBe(false);
+      expect(alive(-pid)).toBe(false);
+      expect(existsSync(dir)).toBe(false);
+      await running.done;
+      expect(running.state.error).toBeInstanceOf(LeaseNotActiveError);
+      expect(running.state.error).toMatchObject({ code: 'LEASE_NOT_ACTIVE', why: 'released' });
+      // The registry of the lease's processes goes with the lease.
+      expect(existsSync(registryDirectory((await broker.resources.get(lease.resource.id))!.attributes.root as string, lease.id))).toBe(false);
+    } finally {
+      killGroup(pid);
+      await running.done;
+      await broker.close();
+    }
+  });
+
+  test('a process a command left running in the background is stopped when the lease is released', async () => {
+    const broker = track(await realBroker(1, 'background'));
+    const lease = await broker.acquire({ type: 'host' });
+    const childPidFile = join(scratch, `child-${lease.id}`);
+    // Its output is not the command's: run() resolves at once, the sleep runs on in the lease's group.
+    const result = await lease.interface('command').run(['/bin/sh', '-c', `sleep 30 > /dev/null 2>&1 & echo $! > ${childPidFile}`]);
+    expect(result.exitCode).toBe(0);
+    const leftover = await pidFrom(childPidFile);
+    try {
+      expect(alive(leftover)).toBe(true);
+      await lease.release();
+      expect(alive(leftover)).toBe(false);
+      expect(await broker.logs({ lease: lease.id, type: 'local-hosts.processes-stopped' })).toHaveLength(1);
+    } finally {
+      killGroup(leftover);
+      await broker.close();
+    }
+  });
+
+  test('run() on a released lease rejects with LeaseNotActiveError, not a ValidationError about cwd', async () => {
+    const broker = track(await realBroker(2, 'after-release'));
+    const first = await broker.acquire({ type: 'host' });
+    const command = first.interface('command');
+    await first.release();
+    const marker = join(scratch, `ran-${first.id}`);
+    await expect(command.run(['touch', marker])).rejects.toBeInstanceOf(LeaseNotActiveError);
+    await expect(first.interface('command').run(['touch', marker])).rejects.toMatchObject({ code: 'LEASE_NOT_ACTIVE', leaseId: first.id, why: 'released' });
+
+    // Released by id elsewhere, and the lease object's signal never read before: the same.
+    const second = await broker.acquire({ type: 'host' });
+    await broker.release(second.id);
+    while ((await broker.leases.get(second.id))?.status !== 'destroyed') await sleep(20);
+    await expect(second.interface('command').run(['touch', marker])).rejects.toMatchObject({ code: 'LEASE_NOT_ACTIVE', leaseId: second.id });
+    expect(existsSync(marker)).toBe(false);
+    await broker.close();
+  });
+
+  test('a broken resource kills its leases\' processes (LeaseNotActiveError, broken)', async () => {
+    const broker = track(await realBroker(1, 'broken'));
+    const lease = await broker.acquire({ type: 'host' });
+    const pidFile = join(scratch, `pid-${lease.id}`);
+    const running = settled(lease.interface('command').run(['/bin/sh', '-c', `echo $$ > ${pidFile}; exec sleep 30`]));
+    let pid: number | undefined;
+    try {
+      pid = await pidFrom(pidFile);
+      await broker.breakResource(lease.resource.id, 'the disk is on fire');
+      await Promise.race([running.done, sleep(5_000)]);
+      expect(running.state.error).toMatchObject({ code: 'LEASE_NOT_ACTIVE', why: 'broken' });
+      expect(alive(-pid)).toBe(false);
+    } finally {
+      killGroup(pid);
+      await running.done;
+      await broker.close();
+    }
+  });
+
+  test('destroyLease stops processes that another broker started, from the registry (the starter is gone)', async () => {
+    const root = await mkdtemp(join(scratch, 'root-'));
+    const dataDir = await mkdtemp(join(scratch, 'data-'));
+    // The same database for both lives: a schema on the server, or a PGlite data directory.
+    const database: DatabaseOptions = tierUrl ? { url: tierUrl, schema: freshSchema('registry') } : { embedded: true, dataDir };
+    const first = track(await realBroker(1, 'registry', root, database));
+    const lease = await first.acquire({ type: 'host' });
+    const dir = lease.interface('filesystem').path;
+    const pidFile = join(scratch, `pid-${lease.id}`);
+    const running = settled(lease.interface('command').run(['/bin/sh', '-c', `echo $$ > ${pidFile}; exec sleep 30`]));
+    let pid: number | undefined;
+    try {
+      pid = await pidFrom(pidFile);
+      // The broker that started the process closes: it no longer watches the lease, and the process lives on.
+      await first.close();
+      await sleep(200);
+      expect(alive(-pid)).toBe(true);
+
+      const second = track(await realBroker(1, 'registry', root, database));
+      await second.release(lease.id);
+      while ((await second.leases.get(lease.id))?.status !== 'destroyed') await sleep(20);
+      expect(alive(-pid)).toBe(false);
+      expect(existsSync(dir)).toBe(false);
+      expect(existsSync(registryDirectory(root, lease.id))).toBe(false);
+      await second.close();
+    } finally {
+      killGroup(pid);
+      await running.done;
+    }
+  });
+});
+
+describe('localHosts: the process registry', () => {
+  const writeEntry = async (root: string, leaseId: string, name: string, entry: RegistryEntry) => {
+    await mkdir(registryDirectory(root, leaseId), { recursive: true });
+    await writeFile(join(registryDirectory(root, leaseId), name), JSON.stringify(entry));
+  };
+
+  test('stopping is idempotent: nothing registered, or already stopped, is success', async () => {
+    const root = await mkdtemp(join(scratch, 'registry-'));
+    expect(await stopLeaseProcesses(root, 'lease_none')).toBe(0);
+    expect(await stopLeaseProcesses(root, 'lease_none')).toBe(0);
+  });
+
+  test('an entry whose pid now names another process (pid reuse) is dropped without signalling it', async () => {
+    const root = await mkdtemp(join(scratch, 'registry-'));
+    // This very process, with a start time that is not its own: it must survive.
+    const reused = { pid: process.pid, startTime: 'not-its-start-time' };
+    await writeEntry(root, 'lease_reused', 'a.json', { host: hostname(), runner: reused, group: reused, command: 'sleep' });
+    expect(await stopLeaseProcesses(root, 'lease_reused')).toBe(0);
+    expect(alive(process.pid)).toBe(true);
+    expect(await readdir(registryDirectory(root, 'lease_reused')).catch(() => [])).not.toContain('a.json');
+  });
+
+  test('entries of dead processes and of a dead runner that never started its process are dropped', async () => {
+    const root = await mkdtemp(join(scratch, 'registry-'));
+    const gone = spawn('/bin/sh', ['-c', 'exit 0']);
+    await new Promise((r) => gone.on('exit', r));
+    const dead = { pid: gone.pid!, startTime: '1' };
+    await writeEntry(root, 'lease_dead', 'a.json', { host: hostname(), runner: dead, group: dead, command: 'sh' });
+    await writeEntry(root, 'lease_dead', 'b.json', { host: hostname(), runner: dead, group: null, command: 'sh' });
+    expect(await stopLeaseProcesses(root, 'lease_dead')).toBe(0);
+    expect((await readdir(registryDirectory(root, 'lease_dead')).catch(() => [])).filter((f) => f.endsWith('.json'))).toEqual([]);
+  });
+
+  test('a process group registered by a runner in another process is stopped (SIGTERM, then SIGKILL)', async () => {
+    const root = await mkdtemp(join(scratch, 'registry-'));
+    // Started here, registered as if by another process: only the registry knows it.
+    const ready = join(root, 'ready');
+    const child = spawn('/bin/sh', ['-c', `trap '' TERM; echo $$ > ${ready}; sleep 30 & wait; sleep 30`], { detached: true, stdio: 'ignore' });
+    const exited = new Promise((r) => child.on('exit', r));
+    try {
+      // Once the trap is set: SIGTERM alone does not stop it.
+      await pidFrom(ready);
+      const stat = await readFile(`/proc/${child.pid}/stat`, 'utf8');
+      const startTime = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]!;
+      const group = { pid: child.pid!, startTime };
+      await writeEntry(root, 'lease_other', 'a.json', { host: hostname(), runner: { pid: process.pid, startTime: 'elsewhere' }, group, command: 'sh' });
+      const started = Date.now();
+      expect(await stopLeaseProcesses(root, 'lease_other', { graceMs: 300 })).toBe(1);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+      expect(alive(-child.pid!)).toBe(false);
+      await exited;
+    } finally {
+      killGroup(child.pid);
+    }
+  });
+
+  test('an entry of another host is not signalled; stopping fails so that the destroy is retried', async () => {
+    const root = await mkdtemp(join(scratch, 'registry-'));
+    const self = { pid: process.pid, startTime: null };
+    await writeEntry(root, 'lease_remote', 'a.json', { host: `not-${hostname()}`, runner: self, group: self, command: 'sleep' });
+    await expect(stopLeaseProcesses(root, 'lease_remote')).rejects.toThrow(/another host/);
+    expect(alive(process.pid)).toBe(true);
   });
 });
 

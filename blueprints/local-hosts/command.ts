@@ -1,19 +1,39 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
-import { AbortError, parseDuration, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { AbortError, LeaseNotActiveError, parseDuration, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
 import { CommandStartError } from './command-error.js';
+import { groupRuns, startTimeOf } from './process-identity.js';
+import { enterRegistry, type RegistryTicket } from './process-registry.js';
 
-/** After a timeout or an abort, how long a process has to exit on SIGTERM before it gets SIGKILL. */
+/** After a timeout, an abort or the end of the lease, how long a process has to exit on SIGTERM before it gets SIGKILL. */
 export const KILL_GRACE_MS = 2_000;
+
+/**
+ * How long a command on a lease that looks torn down (its directory gone, its destroy
+ * begun) waits for the lease signal to say why. The broker reads the lease when the
+ * signal is first used, so the answer is one read away.
+ */
+const VERDICT_WAIT_MS = 2_000;
 
 // POSIX: each command leads its own process group, so a timeout also stops what it
 // started (a shell's children hold stdout open and would keep `close` from firing).
 const OWN_PROCESS_GROUP = process.platform !== 'win32';
 
-/** The `command` interface of a lease whose directory is `leaseDirectory`. */
-export function commandInterface(leaseDirectory: string): CommandInterface {
-  return { run: (argv, options) => runCommand(argv, options, leaseDirectory) };
+/** The lease a command interface works for. */
+export interface CommandLease {
+  id: string;
+  /** Its scratch directory: the default working directory, and there while the lease lives. */
+  directory: string;
+  /** The blueprint's root, which holds the process registry. */
+  root: string;
+  /** The lease's signal, read when a command starts (reading it starts the broker's watch). */
+  signal(): AbortSignal;
+}
+
+/** The `command` interface of a lease. */
+export function commandInterface(lease: CommandLease): CommandInterface {
+  return { run: (argv, options) => runCommand(argv, options, lease) };
 }
 
 /**
@@ -21,14 +41,22 @@ export function commandInterface(leaseDirectory: string): CommandInterface {
  * shell, so `;`, `$(...)` and quotes are plain characters) unless `options.shell` is true.
  * Resolves with the exit code, also when it is not zero; rejects when the process cannot
  * start (CommandStartError), when `options.signal` aborts (AbortError, after the process
- * is gone), and on bad input (ValidationError).
+ * is gone), when the lease is or becomes not active (LeaseNotActiveError, after the
+ * process group is gone), and on bad input (ValidationError).
  */
-export async function runCommand(argv: readonly string[], options: CommandOptions | undefined, leaseDirectory: string): Promise<CommandResult> {
+export async function runCommand(argv: readonly string[], options: CommandOptions | undefined, lease: CommandLease): Promise<CommandResult> {
+  const leaseSignal = lease.signal();
+  if (leaseSignal.aborted) throw leaseSignal.reason;
   checkArgv(argv);
   const o = checkOptions(options);
-  const cwd = o.cwd === undefined ? leaseDirectory : isAbsolute(o.cwd) ? o.cwd : resolve(leaseDirectory, o.cwd);
-  await checkDirectory(cwd, cwd === leaseDirectory);
+  const cwd = o.cwd === undefined ? lease.directory : isAbsolute(o.cwd) ? o.cwd : resolve(lease.directory, o.cwd);
+  await checkDirectory(cwd, cwd === lease.directory, leaseSignal);
   if (o.signal?.aborted) throw new AbortError(`command ${JSON.stringify(argv[0])} was aborted before it started`, { cause: o.signal.reason });
+
+  // Registered before the spawn, so that a destroy in any process finds the command: see process-registry.ts.
+  const ticket = await enterRegistry(lease.root, lease.id, lease.directory, argv[0]!);
+  if (ticket === 'closing') throw (await verdict(leaseSignal)) ?? new LeaseNotActiveError(lease.id, 'released');
+  if (ticket === 'gone') throw (await verdict(leaseSignal)) ?? missingLeaseDirectory(lease.directory);
 
   const env = { ...process.env };
   for (const [key, value] of Object.entries(o.env ?? {})) {
@@ -37,18 +65,54 @@ export async function runCommand(argv: readonly string[], options: CommandOption
   }
   const stdio = [o.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] as const;
   const spawnOptions = { cwd, env, stdio: [...stdio], detached: OWN_PROCESS_GROUP, windowsHide: true };
-  const child = o.shell ? spawn(argv.join(' '), { ...spawnOptions, shell: true }) : spawn(argv[0]!, argv.slice(1), spawnOptions);
-  return supervise(child, argv[0]!, o);
+  let child: ChildProcess;
+  try {
+    child = o.shell ? spawn(argv.join(' '), { ...spawnOptions, shell: true }) : spawn(argv[0]!, argv.slice(1), spawnOptions);
+  } catch (error) {
+    await ticket.leave();
+    throw error;
+  }
+  // Read at once, before the event loop can reap a child that already exited.
+  const registered = child.pid === undefined ? Promise.resolve() : ticket.started({ pid: child.pid, startTime: startTimeOf(child.pid) });
+  return supervise(child, argv[0]!, o, { signal: leaseSignal, ticket, registered });
 }
 
-function supervise(child: ChildProcess, command: string, o: CommandOptions & { timeoutMs?: number }): Promise<CommandResult> {
+/** The lease signal's reason once it says the lease is not active, waiting a little for a verdict on its way; null if it does not say so. */
+async function verdict(signal: AbortSignal): Promise<unknown> {
+  if (!signal.aborted) {
+    await new Promise<void>((done) => {
+      const stop = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', stop);
+        done();
+      };
+      const timer = setTimeout(stop, VERDICT_WAIT_MS);
+      signal.addEventListener('abort', stop, { once: true });
+    });
+  }
+  return signal.aborted ? signal.reason : null;
+}
+
+const missingLeaseDirectory = (directory: string) => new ValidationError('options.cwd', `${directory} does not exist: the lease directory was removed while the lease is active`);
+
+/** What ties a running command to its lease: the lease signal, and the command's registry entry. */
+interface LeaseBinding {
+  signal: AbortSignal;
+  ticket: RegistryTicket;
+  /** The entry naming the process group is written. */
+  registered: Promise<void>;
+}
+
+function supervise(child: ChildProcess, command: string, o: CommandOptions & { timeoutMs?: number }, lease: LeaseBinding): Promise<CommandResult> {
   return new Promise<CommandResult>((resolvePromise, reject) => {
     let stdout = '';
     let stderr = '';
     let timedOut = false;
     let aborted = false;
+    let leaseEnded = false;
     let callbackError: unknown = null;
     let exited = false;
+    let neverStarted = false;
     let escalation: NodeJS.Timeout | undefined;
 
     const stop = () => {
@@ -59,10 +123,29 @@ function supervise(child: ChildProcess, command: string, o: CommandOptions & { t
     const timer = o.timeoutMs === undefined ? undefined : setTimeout(() => ((timedOut = true), stop()), o.timeoutMs);
     const onAbort = () => ((aborted = true), stop());
     o.signal?.addEventListener('abort', onAbort, { once: true });
+    const onLeaseEnd = () => ((leaseEnded = true), stop());
+    lease.signal.addEventListener('abort', onLeaseEnd, { once: true });
+    // It may have aborted while the command was being registered.
+    if (lease.signal.aborted) onLeaseEnd();
+    // A process no destroy could find must not run: stop it and report why.
+    lease.registered.catch((error: unknown) => {
+      callbackError ??= error;
+      stop();
+    });
     const cleanup = () => {
       if (timer) clearTimeout(timer);
       if (escalation) clearTimeout(escalation);
       o.signal?.removeEventListener('abort', onAbort);
+      lease.signal.removeEventListener('abort', onLeaseEnd);
+    };
+    // The entry goes once its write is done and the whole group is gone. A process the
+    // command left running in the background keeps it: the lease's destroy stops that one.
+    const settle = (fn: () => void) => {
+      void lease.registered
+        .catch(() => undefined)
+        .then(() => (child.pid !== undefined && OWN_PROCESS_GROUP && groupRuns(child.pid) ? undefined : lease.ticket.leave()))
+        .catch(() => undefined)
+        .then(fn);
     };
 
     const collect = (stream: NodeJS.ReadableStream | null, append: (chunk: string) => void, callback?: (chunk: string) => void) => {
@@ -94,16 +177,22 @@ function supervise(child: ChildProcess, command: string, o: CommandOptions & { t
       // Without a pid the process never started; any later error (a failed kill) changes nothing we report.
       if (child.pid !== undefined) return;
       exited = true;
+      neverStarted = true;
       cleanup();
-      reject(new CommandStartError(command, error));
+      settle(() => reject(new CommandStartError(command, error)));
     });
     child.on('exit', () => (exited = true));
     child.on('close', (exitCode, signal) => {
+      // After a failed start Node still reports a close, with no process behind it.
+      if (neverStarted) return;
       exited = true;
       cleanup();
-      if (callbackError) return reject(callbackError);
-      if (aborted) return reject(new AbortError(`command ${JSON.stringify(command)} was aborted`, { cause: o.signal?.reason }));
-      resolvePromise({ exitCode, signal, stdout, stderr, timedOut });
+      settle(() => {
+        if (callbackError) return reject(callbackError);
+        if (leaseEnded) return reject(lease.signal.reason);
+        if (aborted) return reject(new AbortError(`command ${JSON.stringify(command)} was aborted`, { cause: o.signal?.reason }));
+        resolvePromise({ exitCode, signal, stdout, stderr, timedOut });
+      });
     });
   });
 }
@@ -171,10 +260,10 @@ function timeoutMs(value: unknown): number {
   return ms;
 }
 
-async function checkDirectory(cwd: string, isLeaseDirectory: boolean): Promise<void> {
+async function checkDirectory(cwd: string, isLeaseDirectory: boolean, leaseSignal: AbortSignal): Promise<void> {
   // spawn reports a missing cwd as ENOENT of the executable, which misleads: say what is missing.
   const info = await stat(cwd).catch(() => null);
   if (info?.isDirectory()) return;
-  const why = info ? 'is not a directory' : isLeaseDirectory ? 'does not exist (was the lease released?)' : 'does not exist';
-  throw new ValidationError('options.cwd', `${cwd} ${why}`);
+  if (!info && isLeaseDirectory) throw (await verdict(leaseSignal)) ?? missingLeaseDirectory(cwd);
+  throw new ValidationError('options.cwd', `${cwd} ${info ? 'is not a directory' : 'does not exist'}`);
 }

@@ -1,8 +1,9 @@
 import { hostname } from 'node:os';
 import { defineBlueprint, ValidationError, type Blueprint, type BlueprintOptions, type FilesystemInterface } from '../../lib/index.js';
-import { commandInterface } from './command.js';
+import { commandInterface, KILL_GRACE_MS } from './command.js';
 import { validateLocalHostsConfig, type LocalHostsConfig, type LocalHostsSettings } from './config.js';
 import { createDirectory, leaseDirectory, removeDirectory } from './lease-directory.js';
+import { removeRegistry, stopLeaseProcesses } from './process-registry.js';
 import { SlotPicker } from './slot-picker.js';
 
 export type { LocalHostsConfig } from './config.js';
@@ -60,9 +61,16 @@ const implementation = defineBlueprint<LocalHostsConfig, LocalHostsResourceAttri
     return { attributes: { path } };
   },
 
+  // The lease's processes go first, wherever they were started, and only then its
+  // directory: its slot (held until this returns) is never reused under a live process.
   async destroyLease(ctx) {
-    const path = leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id);
+    const root = settings(ctx.blueprint.config).root;
+    const path = leaseDirectory(root, ctx.lease.id);
+    const stopped = await stopLeaseProcesses(root, ctx.lease.id, { graceMs: KILL_GRACE_MS });
+    if (stopped > 0) await ctx.log('local-hosts.processes-stopped', { count: stopped });
     await removeDirectory(path);
+    // After the directory: until then the registry's marker keeps new commands from starting.
+    await removeRegistry(root, ctx.lease.id);
     slotPicker.freed(ctx.resource.id, ctx.lease.id);
     await ctx.log('local-hosts.directory-removed', { path });
   },
@@ -73,13 +81,17 @@ const implementation = defineBlueprint<LocalHostsConfig, LocalHostsResourceAttri
   },
 
   interfaces: {
-    command: (ctx) => commandInterface(leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id)),
+    command: (ctx) => {
+      const root = settings(ctx.blueprint.config).root;
+      return commandInterface({ id: ctx.lease.id, directory: leaseDirectory(root, ctx.lease.id), root, signal: () => ctx.signal });
+    },
     filesystem: (ctx): FilesystemInterface => ({ path: leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id) }),
   },
 
   logTypes: {
     'local-hosts.directory-created': (data) => `Scratch directory ${String(data.path)} created.`,
     'local-hosts.directory-removed': (data) => `Scratch directory ${String(data.path)} removed.`,
+    'local-hosts.processes-stopped': (data) => `Stopped ${String(data.count)} process group(s) the lease's commands left running.`,
   },
 });
 

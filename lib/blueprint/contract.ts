@@ -64,6 +64,20 @@ export interface LeaseOnResourceContext<Config, ResourceAttrs extends JsonObject
   resource: ResourceView<ResourceAttrs>;
 }
 
+/** What an interface factory (`interfaces`) receives, each time `lease.interface(name)` is called. */
+export interface InterfaceContext<Config, ResourceAttrs extends JsonObject, LeaseAttrs extends JsonObject>
+  extends LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs> {
+  /**
+   * The lease's own `lease.signal`, not a hook's: it aborts, with a `LeaseNotActiveError`
+   * as its reason, when the lease leaves `active` (expired, released by anyone, broken).
+   * An interface stops what it does for the lease when it aborts (kills its processes,
+   * closes its connections) and refuses new work once it has. It does not abort when the
+   * broker closes. Reading it starts the watch: read it when the work starts, not in the
+   * factory, so that a lease whose interface does nothing costs nothing.
+   */
+  signal: AbortSignal;
+}
+
 export interface AcquireContext<Config, ResourceAttrs extends JsonObject, LeaseAttrs extends JsonObject>
   extends LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs> {
   /** Slot locks this lease holds until it is destroyed. Taken all or nothing in the transaction that acquires the lease; a conflict is retried. */
@@ -157,8 +171,12 @@ export interface BlueprintImplementation<
   destroyLease?(ctx: LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs>): Promise<void>;
   /** Tears the resource down. Idempotent (something already gone is success); retried with backoff until it succeeds. */
   destroyResource?(ctx: ResourceContext<Config, ResourceAttrs>): Promise<void>;
-  /** Interfaces a lease offers through `lease.interface(name)`. */
-  interfaces?: { [name: string]: (ctx: LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs>) => unknown };
+  /**
+   * Interfaces a lease offers through `lease.interface(name)`. `ctx.signal` is the lease's
+   * signal (see `InterfaceContext`): work an interface starts must stop when it aborts,
+   * and its destroy hooks must not tear down what a process of the lease still uses.
+   */
+  interfaces?: { [name: string]: (ctx: InterfaceContext<Config, ResourceAttrs, LeaseAttrs>) => unknown };
   /** Renderers for the log types this blueprint writes with `ctx.log`. */
   logTypes?: Record<string, (data: JsonObject) => string>;
 }

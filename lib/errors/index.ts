@@ -4,6 +4,8 @@ export { UnknownTypeError } from './unknown-type-error.js';
 export { NoBlueprintError } from './no-blueprint-error.js';
 export { LeaseBrokenError } from './lease-broken-error.js';
 export { LeaseTimeoutError } from './lease-timeout-error.js';
+export { LeaseNotActiveError } from './lease-not-active-error.js';
+export type { LeaseEnding } from './lease-not-active-error.js';
 export { AbortError } from './abort-error.js';
 export { SlotLockConflictError } from './slot-lock-conflict-error.js';
 export { IllegalTransitionError } from './illegal-transition-error.js';

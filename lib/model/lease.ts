@@ -47,9 +47,24 @@ export interface Lease<LeaseAttrs extends JsonObject = JsonObject, ResourceAttrs
   readonly owner: string | null;
   readonly expiresAt: DateTime | null;
   readonly resource: ResourceInfo<ResourceAttrs>;
+  /**
+   * Aborts when the lease leaves `active`: at `expiresAt` (on the broker's clock, even
+   * before a worker has processed the expiry), or once it is released (by anyone, in any
+   * broker on the database) or broken. Its `reason` is a `LeaseNotActiveError` saying
+   * which. Pass it to whatever works on the lease, so that the work stops with the lease.
+   *
+   * Watched from its first read (this property is lazy); the watch ends with the lease.
+   * Already aborted when `release()` resolves. After `broker.close()` the broker learns
+   * nothing more: a signal that has not aborted by then stays as it is.
+   */
+  readonly signal: AbortSignal;
   interface<Name extends keyof StandardInterfaces>(name: Name): StandardInterfaces[Name];
   interface<T = unknown>(name: string): T;
-  /** Writes a release command. By default resolves once the lease is destroyed. */
+  /**
+   * Writes a release command. By default resolves once the lease is destroyed. Disposing
+   * the lease (`await using`) releases it the same way, and does nothing once a
+   * `release()` of this object has seen it destroyed, also after `broker.close()`.
+   */
   release(options?: { wait?: boolean }): Promise<void>;
 }
 

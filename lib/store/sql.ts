@@ -30,6 +30,10 @@ export function statements(schema: string) {
       FROM ${S}.leases l WHERE l.id = $1`,
     leaseWithResource: `
       SELECT l.*, to_jsonb(r) AS resource_row FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
+    // The watched leases of `lease.signal`, in one read however many there are; a plain
+    // snapshot read, it takes no lock.
+    leaseStatuses: `
+      SELECT id, status, broken_reason, expires_at, status_changed_at FROM ${S}.leases WHERE id = ANY($1::text[])`,
     resourceWithCommands: `
       SELECT r.*, EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL) AS has_commands
       FROM ${S}.resources r WHERE r.id = $1`,

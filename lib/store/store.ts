@@ -32,6 +32,9 @@ export interface LeaseRow extends LeaseRecord {
   hasCommands: boolean;
 }
 
+/** What `lease.signal` needs to know of a lease. */
+export type LeaseStatusRow = Pick<LeaseRow, 'id' | 'status' | 'brokenReason' | 'expiresAt' | 'statusChangedAt'>;
+
 export interface LeaseWithResource extends LeaseRow {
   resource: ResourceRow | null;
 }
@@ -334,6 +337,12 @@ export class Store {
     if (!rows[0]) return null;
     const resource = rows[0].resource_row;
     return { ...mapLease(rows[0]), resource: resource ? mapResource(resource) : null };
+  }
+
+  /** The status of each of these leases that still has a row (history is collected after `retention`). */
+  async leaseStatuses(ids: string[]): Promise<LeaseStatusRow[]> {
+    const rows = await this.db.query(this.sql.leaseStatuses, [ids]);
+    return rows.map((r) => ({ id: r.id, status: r.status, brokenReason: r.broken_reason ?? null, expiresAt: fromDb(r.expires_at), statusChangedAt: fromDb(r.status_changed_at)! }));
   }
 
   /** A resource, with whether commands wait for it. */
