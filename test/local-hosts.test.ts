@@ -6,7 +6,6 @@ import { join } from 'node:path';
 import { Duration } from 'luxon';
 import { CommandStartError, localHosts } from '../blueprints/index.js';
 import { registryDirectory, stopLeaseProcesses, type RegistryEntry } from '../blueprints/local-hosts/process-registry.js';
-import { SlotPicker } from '../blueprints/local-hosts/slot-picker.js';
 import { AbortError, createBroker, LeaseNotActiveError, ValidationError, type Broker, type CommandOptions, type DatabaseOptions, type Lease } from '../lib/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { freshSchema, testDatabase, tierUrl } from './helpers/tier.js';
@@ -588,26 +587,5 @@ describe('localHosts: config', () => {
     expect(blueprint.config).toEqual({ slots: 1, root: join(tmpdir(), 'slipway-local-hosts') });
     expect(blueprint.limits.maxResources).toBe(1);
     expect(localHosts({ name: 'given', config: { slots: 4, root: '/var/tmp/x/' } }).config).toEqual({ slots: 4, root: '/var/tmp/x' });
-  });
-});
-
-describe('SlotPicker', () => {
-  test('first guesses are the lowest slots this process has not handed out', () => {
-    const picker = new SlotPicker();
-    expect(picker.pick('r', 'a', 3)).toBe(0);
-    expect(picker.pick('r', 'b', 3)).toBe(1);
-    picker.freed('r', 'a');
-    expect(picker.pick('r', 'c', 3)).toBe(0);
-  });
-
-  test('a lease asked again (its lock conflicted) tries every slot in turn, even when the memory is stale', () => {
-    const picker = new SlotPicker();
-    // Another process holds slots 0 and 1 of this resource; this one does not know.
-    const tried = Array.from({ length: 3 }, () => picker.pick('r', 'a', 3));
-    expect([...tried].sort()).toEqual([0, 1, 2]);
-    // Memory that says every slot is taken still lets a lease reach each one.
-    const full = new SlotPicker();
-    for (const id of ['x', 'y']) full.pick('r', id, 2);
-    expect([full.pick('r', 'z', 2), full.pick('r', 'z', 2)].sort()).toEqual([0, 1]);
   });
 });

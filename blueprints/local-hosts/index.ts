@@ -4,7 +4,6 @@ import { commandInterface, KILL_GRACE_MS } from './command.js';
 import { validateLocalHostsConfig, type LocalHostsConfig, type LocalHostsSettings } from './config.js';
 import { createDirectory, leaseDirectory, removeDirectory } from './lease-directory.js';
 import { removeRegistry, stopLeaseProcesses } from './process-registry.js';
-import { SlotPicker } from './slot-picker.js';
 
 export type { LocalHostsConfig } from './config.js';
 export { CommandStartError } from './command-error.js';
@@ -26,9 +25,6 @@ export type LocalHostsLeaseAttributes = {
 
 const slotKey = (resourceId: string, index: number) => `local-hosts:${resourceId}:slot:${index}`;
 
-// A hint shared by every localHosts blueprint in this process; resource ids are unique.
-const slotPicker = new SlotPicker();
-
 // validateConfig fills in every default, so the hooks may read the config as settings.
 const settings = (config: LocalHostsConfig) => config as LocalHostsSettings;
 
@@ -47,14 +43,14 @@ const implementation = defineBlueprint<LocalHostsConfig, LocalHostsResourceAttri
 
   canAcquireLease: (ctx) => ctx.resource.leaseCount < settings(ctx.blueprint.config).slots,
 
+  // The library picks a free one of the resource's slots; the lock makes it exclusive across processes.
   async acquireLease(ctx) {
-    const slot = slotPicker.pick(ctx.resource.id, ctx.lease.id, settings(ctx.blueprint.config).slots);
-    ctx.lockSlots([slotKey(ctx.resource.id, slot)]);
-    return { attributes: { slot } };
+    const keys = Array.from({ length: settings(ctx.blueprint.config).slots }, (_, i) => slotKey(ctx.resource.id, i));
+    const key = await ctx.lockOneOf(keys);
+    return { attributes: { slot: keys.indexOf(key) } };
   },
 
   async activateLease(ctx) {
-    slotPicker.settled(ctx.resource.id, ctx.lease.id);
     const path = leaseDirectory(settings(ctx.blueprint.config).root, ctx.lease.id);
     await createDirectory(path);
     await ctx.log('local-hosts.directory-created', { path });
@@ -71,14 +67,10 @@ const implementation = defineBlueprint<LocalHostsConfig, LocalHostsResourceAttri
     await removeDirectory(path);
     // After the directory: until then the registry's marker keeps new commands from starting.
     await removeRegistry(root, ctx.lease.id);
-    slotPicker.freed(ctx.resource.id, ctx.lease.id);
     await ctx.log('local-hosts.directory-removed', { path });
   },
 
-  // The machine outlives its resource record: there is nothing to tear down.
-  async destroyResource(ctx) {
-    slotPicker.forgetResource(ctx.resource.id);
-  },
+  // No destroyResource: the machine outlives its resource record, there is nothing to tear down.
 
   interfaces: {
     command: (ctx) => {

@@ -1,7 +1,7 @@
 import { createBroker, defineBlueprint, RetryLater } from 'slipway';
 import { cloud } from './cloud.js'; // your provider's SDK (here a stand-in, so that this file runs)
 
-export const vms = defineBlueprint<{ image: string }, { address: string }>({
+export const vms = defineBlueprint<{ image: string }, { address: string }, { slot: number }>({
   type: 'host',
   validateConfig(config) { /* throw to reject */ return config as { image: string }; },
   async allocateResource(ctx) {            // idempotent per ctx.resource.id (ctx.resume after a crash)
@@ -12,7 +12,10 @@ export const vms = defineBlueprint<{ image: string }, { address: string }>({
     if (!(await cloud.sshAnswers(ctx.resource.attributes.address))) throw new RetryLater('ssh does not answer yet', { seconds: 1 });
   },
   canAcquireLease: (ctx) => ctx.resource.leaseCount < 4,
-  async acquireLease(ctx) { ctx.lockSlots([`vm:${ctx.resource.id}:slot:${ctx.resource.leaseCount}`]); },
+  async acquireLease(ctx) {                // one of the VM's 4 slots: whichever is free
+    const slots = [0, 1, 2, 3].map((i) => `vm:${ctx.resource.id}:slot:${i}`);
+    return { attributes: { slot: slots.indexOf(await ctx.lockOneOf(slots)) } };
+  },
   async destroyResource(ctx) { await cloud.deleteIfExists(ctx.resource.id); }, // already gone is success
 });
 

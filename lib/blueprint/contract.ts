@@ -53,6 +53,15 @@ export interface AllocateContext<Config, ResourceAttrs extends JsonObject, Lease
   acquireLease(spec: LeaseSpec, options?: { key?: string }): Promise<Lease>;
   /** Locks slots held by this resource until it is destroyed. */
   lockSlots(keys: string[]): void;
+  /**
+   * Chooses one of `keys` for this resource to hold until it is destroyed, and returns it:
+   * the first that no other lease or resource holds and no other hook of this process has
+   * just chosen. It is locked with the other slots in the transaction that records the
+   * hook's outcome; should another process take it first, that is a slot-lock conflict,
+   * retried later like one of `lockSlots`. For "one of N slots on a resource": pass the N
+   * keys, and name attributes (a port, a directory) after the key returned.
+   */
+  lockOneOf(keys: readonly string[]): Promise<string>;
 }
 
 export interface LeaseContext<Config, LeaseAttrs extends JsonObject> extends HookContext<Config> {
@@ -82,6 +91,15 @@ export interface AcquireContext<Config, ResourceAttrs extends JsonObject, LeaseA
   extends LeaseOnResourceContext<Config, ResourceAttrs, LeaseAttrs> {
   /** Slot locks this lease holds until it is destroyed. Taken all or nothing in the transaction that acquires the lease; a conflict is retried. */
   lockSlots(keys: string[]): void;
+  /**
+   * Chooses one of `keys` for this lease to hold until it is destroyed, and returns it:
+   * the first that no other lease or resource holds and no other hook of this process has
+   * just chosen. It is locked with the other slots in the transaction that records the
+   * hook's outcome; should another process take it first, that is a slot-lock conflict,
+   * retried later like one of `lockSlots`. For "one of N slots on a resource": pass the N
+   * keys, and name attributes (a port, a directory) after the key returned.
+   */
+  lockOneOf(keys: readonly string[]): Promise<string>;
 }
 
 /** What `allocateResource` and `activateResource` may return: attributes merged into the resource's. */

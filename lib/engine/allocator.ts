@@ -3,6 +3,7 @@ import { NoBlueprintError } from '../errors/no-blueprint-error.js';
 import type { DateTime } from 'luxon';
 import type { JsonObject } from '../model/spec.js';
 import { HookError } from '../errors/hook-error.js';
+import { SlotRequest } from './slot-choice.js';
 import { mapBlueprintFailure, mapResource, slotConflictKeys, type BlueprintFailure, type LeaseRow, type NewLease, type ResourceRow } from '../store/store.js';
 import { toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
@@ -155,19 +156,22 @@ export async function acquireAtOnce(rt: Runtime, lease: NewLease, claim: { worke
         const can = await leaseHook<boolean>(rt, blueprint, 'canAcquireLease', view, true, resource);
         if (!can.ok) return can;
         if (!can.value) continue;
-        const slots: string[] = [];
-        const acquired = await leaseHook<{ attributes?: object } | undefined>(rt, blueprint, 'acquireLease', view, undefined, resource, {
-          lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
-        });
-        if (!acquired.ok) return acquired;
-        const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
-        const acquisition = { resourceId: resource.id, maxLeases: blueprint.limits.maxLeasesPerResource, slots, unlessWaiting: lease.type };
+        const slots = new SlotRequest(store, { kind: 'lease', id: lease.id });
         try {
+          const acquired = await leaseHook<{ attributes?: object } | undefined>(rt, blueprint, 'acquireLease', view, undefined, resource, {
+            lockSlots: slots.lockSlots,
+            lockOneOf: slots.lockOneOf,
+          });
+          if (!acquired.ok) return acquired;
+          const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
+          const acquisition = { resourceId: resource.id, maxLeases: blueprint.limits.maxLeasesPerResource, slots: slots.keys, unlessWaiting: lease.type };
           const done = await store.single((u) => store.insertAcquired(u, lease, acquisition, attributes as JsonObject, blueprint.name, claim));
           return done ? { ...done, intent: 'activate' } : null;
         } catch (error) {
           if (slotConflictKeys(error)) return null;
           throw error;
+        } finally {
+          slots.settled();
         }
       }
     }
@@ -257,9 +261,20 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
     reasons.leaseSpecific = true;
     return 'no';
   }
-  const slots: string[] = [];
+  const slots = new SlotRequest(store, { kind: 'lease', id: lease.id });
+  try {
+    return await acquireWith(rt, lease, resource, blueprint, reasons, slots);
+  } finally {
+    slots.settled();
+  }
+}
+
+/** tryAcquire from acquireLease on, with the slot locks the hook asks for in `slots`. */
+async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, blueprint: Blueprint<any, any, any>, reasons: Reasons, slots: SlotRequest): Promise<'no' | LeaseStep> {
+  const { store } = rt;
   const acquired = await leaseHook<{ attributes?: object } | undefined>(rt, blueprint, 'acquireLease', lease, undefined, resource, {
-    lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
+    lockSlots: slots.lockSlots,
+    lockOneOf: slots.lockOneOf,
   });
   if (!acquired.ok) return hookTrouble(rt, lease, acquired);
   const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
@@ -278,7 +293,7 @@ async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, b
         // allocating_resource_id is left as it is: see `freed` below.
         { resource_id: resource.id, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
         {
-          before: store.takeResource(lease.id, { resourceId: resource.id, maxLeases: max, slots }, rt.clock.now()),
+          before: store.takeResource(lease.id, { resourceId: resource.id, maxLeases: max, slots: slots.keys }, rt.clock.now()),
           guard: () => 'EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM conflicts)',
           logs: [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
           // A hand-off may have reserved another resource for this lease since the pass read

@@ -1,3 +1,4 @@
+import { SlotRequest } from './slot-choice.js';
 import type { Blueprint } from '../blueprint/contract.js';
 import { ChildLeaseCycleError } from '../errors/child-lease-cycle-error.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
@@ -62,14 +63,33 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
     if (resume) await store.log(u, { type: 'resource.resume', data: { phase: hook, attempt: resource.phaseAttempts + 1 }, resource: resource.id, blueprint: blueprint.name });
   };
   await (resume ? store.unit(intent) : store.single(intent));
-  const slots: string[] = [];
+  const slots = new SlotRequest(store, { kind: 'resource', id: resource.id });
+  try {
+    return await runBuildHook(rt, resource, blueprint, claim, { phase, hook, resume }, slots);
+  } finally {
+    slots.settled();
+  }
+}
+
+/** The build hook of `step`, and the record of its outcome with the slot locks it asked for in `slots`. */
+async function runBuildHook(
+  rt: Runtime,
+  resource: ResourceRow,
+  blueprint: Blueprint<any, any, any>,
+  claim: ResourceClaim,
+  step: { phase: 'allocate' | 'activate'; hook: 'allocateResource' | 'activateResource'; resume: boolean },
+  slots: SlotRequest,
+): Promise<'progress' | Outcome> {
+  const { store } = rt;
+  const { phase, hook, resume } = step;
   const driver = resource.reservedFor ? await store.lease(resource.reservedFor) : null;
   let children = 0;
   const ctx = {
     ...baseContext(rt, blueprint, { resource: resource.id }, resume),
     resource: resourceView(resource),
     lease: driver && driver.status === 'pending' ? leaseView(driver) : null,
-    lockSlots: (keys: string[]) => slots.push(...keys.map(String)),
+    lockSlots: slots.lockSlots,
+    lockOneOf: slots.lockOneOf,
     acquireLease: (spec: LeaseSpec, options?: { key?: string }) => childLease(rt, resource, driver, spec, options?.key ?? `child-${children++}`),
   };
   const result = await callHook<{ attributes?: object } | undefined>(rt, blueprint, hook, ctx, undefined, claim.attempts + 1);
@@ -91,7 +111,7 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
   }
   const attributes = { ...resource.attributes, ...(result.value?.attributes ?? {}) };
   try {
-    await record(rt, resource, blueprint, phase, attributes, slots);
+    await record(rt, resource, blueprint, phase, attributes, slots.keys);
   } catch (error) {
     if (!(error instanceof SlotLockConflictError)) throw error;
     return slotConflict(rt, resource, blueprint, hook, error.keys, claim);

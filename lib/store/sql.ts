@@ -174,6 +174,12 @@ export function statements(schema: string) {
       SELECT k AS key FROM unnest($1::text[]) AS k
       WHERE k NOT IN (SELECT key FROM ins)
         AND NOT EXISTS (SELECT 1 FROM ${S}.slot_locks l WHERE l.key = k AND l.holder_kind = $2 AND l.holder_id = $3)`,
+    // The keys of $1, in their order, that no object other than holder ($2, $3) holds. A
+    // read, not a lock: the chosen key is taken with lockSlots in the recording transaction.
+    freeSlots: `
+      SELECT k AS key FROM unnest($1::text[]) WITH ORDINALITY AS t(k, n)
+      WHERE NOT EXISTS (SELECT 1 FROM ${S}.slot_locks l WHERE l.key = t.k AND NOT (l.holder_kind = $2 AND l.holder_id = $3))
+      ORDER BY t.n`,
     // Takes the first free capacity slot of a blueprint; the unique key makes the
     // maxResources cap exact however many allocators race.
     takeCapacitySlot: `

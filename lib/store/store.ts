@@ -712,6 +712,11 @@ export class Store {
     return (await unit.sql.execute(this.sql.consumeCommand, [commandId, toDb(unit.now), outcome])) > 0;
   }
 
+  /** Which of `keys`, in their order, no object but this holder holds now (a read: see `freeSlots`). */
+  async freeSlots(kind: ObjectKind, id: string, keys: string[]): Promise<string[]> {
+    return (await this.db.query<{ key: string }>(this.sql.freeSlots, [keys, kind, id])).map((r) => r.key);
+  }
+
   /** Takes every key or none: on a conflict the caller's transaction must roll back. */
   async lockSlots(unit: Unit, kind: ObjectKind, id: string, keys: string[]): Promise<void> {
     if (keys.length === 0) return;
