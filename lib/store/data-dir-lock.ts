@@ -105,7 +105,15 @@ function claim(path: string, mine: string, dataDir: string): StaleLock | null {
     const stale = staleness(holder);
     if (!stale) throw new DataDirLockedError(dataDir, holder!.pid, holder!.hostname);
     const takeover = `${path}.${createHash('sha256').update(current).digest('hex').slice(0, 16)}`;
-    claim(takeover, mine, dataDir);
+    try {
+      claim(takeover, mine, dataDir);
+    } catch (error) {
+      // The takeover file is held: another process is taking this record over. If the
+      // record was replaced meanwhile, that process may have lost too (it took the file
+      // after the winner renamed it away): name whoever holds the lock now, not it.
+      if (error instanceof DataDirLockedError && readLock(path) !== current) continue;
+      throw error;
+    }
     try {
       if (readLock(path) === current) {
         renameSync(takeover, path);
