@@ -1,3 +1,4 @@
+import { isPlainObject } from './values.js';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
@@ -31,7 +32,7 @@ import { channelFor, Listener } from './store/notifier.js';
 import { checkDatabaseOptions, openDatabase, type DatabaseOptions } from './store/open.js';
 import { mapLease, mapResource, Store, type LeaseRow, type LeaseWithResource, type NewLease, type ResourceRow, type StatusEvent, type Unit } from './store/store.js';
 import { CommitOutcomeUnknownError } from './store/db.js';
-import { fromDb, humanDuration, parseDuration, toDb, type DurationInput } from './time.js';
+import { fromDb, humanDuration, parseDuration, type DurationInput } from './time.js';
 
 export interface BrokerOptions {
   /** @defaultValue `{ embedded: true }`: PGlite in memory */
@@ -157,10 +158,6 @@ const BROKER_OPTION_KEYS = new Set(['database', 'blueprints', 'workers', 'clock'
 /** Node runs a timer of more than 2^31 - 1 ms after 1 ms; tuning durations stay far below that. */
 const MAX_TUNING_MS = 24 * 60 * 60 * 1000;
 
-function isPlainObject(value: unknown): boolean {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
 function atMostADay(duration: Duration, field: string): Duration {
   if (duration.toMillis() > MAX_TUNING_MS) throw new ValidationError(field, `must be at most 24 hours (got ${duration.toISO()})`);
   return duration;
@@ -190,14 +187,14 @@ const SETTLED: ReadonlySet<string> = new Set(['active', 'broken', 'released', 'd
 const DESTROYED: ReadonlySet<string> = new Set(['destroyed']);
 
 export async function createBroker(options: BrokerOptions = {}): Promise<Broker> {
-  if (!isPlainObject(options)) throw new ValidationError('options', 'must be an object');
+  if (!isPlainObject(options as unknown)) throw new ValidationError('options', 'must be an object');
   for (const key of Object.keys(options)) {
     if (!BROKER_OPTION_KEYS.has(key)) throw new ValidationError(key, `is not a createBroker option (known: ${[...BROKER_OPTION_KEYS].join(', ')})`);
   }
   const database = checkDatabaseOptions(options.database);
   const blueprints = defineBlueprintCheck(options.blueprints);
   if (options.workers !== undefined && options.workers !== false) {
-    if (!isPlainObject(options.workers)) throw new ValidationError('workers', 'must be { concurrency? } or false');
+    if (!isPlainObject(options.workers as unknown)) throw new ValidationError('workers', 'must be { concurrency? } or false');
     for (const key of Object.keys(options.workers)) if (key !== 'concurrency') throw new ValidationError(`workers.${key}`, 'is not a workers option (known: concurrency)');
     const c = options.workers.concurrency;
     if (c !== undefined && !(Number.isInteger(c) && c >= 1 && c <= 256)) throw new ValidationError('workers.concurrency', 'must be an integer from 1 to 256');
@@ -209,7 +206,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     throw new ValidationError('logger', 'must have debug(), info(), warn() and error() (a pino-compatible logger)');
   }
   if (options.backoff !== undefined) {
-    if (!isPlainObject(options.backoff)) throw new ValidationError('backoff', 'must be { initial?, max? }');
+    if (!isPlainObject(options.backoff as unknown)) throw new ValidationError('backoff', 'must be { initial?, max? }');
     for (const key of Object.keys(options.backoff)) if (key !== 'initial' && key !== 'max') throw new ValidationError(`backoff.${key}`, 'is not a backoff option (known: initial, max)');
   }
   const closeGrace = optionalDuration(options.closeGrace, 'closeGrace', Duration.fromObject({ seconds: 10 }));

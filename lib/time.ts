@@ -1,5 +1,8 @@
 import { DateTime, Duration, type DurationLike } from 'luxon';
 import { ValidationError } from './errors/validation-error.js';
+import { describeValue, isPlainObject } from './values.js';
+
+export { describeValue } from './values.js';
 
 /** A duration as the public API accepts it: a luxon Duration, a duration-like object (`{ minutes: 5 }`), an ISO 8601 string (`PT5M`) or milliseconds. */
 export type DurationInput = Duration | DurationLike | string;
@@ -34,27 +37,6 @@ export function parseDateTime(value: unknown, field: string): DateTime {
   else throw new ValidationError(field, `is not a date-time (got ${describeValue(value)}): give a luxon DateTime, a Date or an ISO 8601 string`);
   if (!at.isValid) throw new ValidationError(field, `is not a valid date-time (got ${describeValue(value)})`);
   return at.toUTC();
-}
-
-/** An object literal or `Object.create(null)`, from any realm (jest runs tests in a vm context). */
-function isPlainObject(value: unknown): value is object {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === null || Object.getPrototypeOf(proto) === null;
-}
-
-/** A value as an error message may show it: never throws (a BigInt, a cycle, a null-prototype object). */
-export function describeValue(value: unknown): string {
-  if (typeof value === 'bigint') return `the BigInt ${value}n`;
-  if (typeof value === 'symbol' || typeof value === 'function') return `a ${typeof value}`;
-  if (value !== null && typeof value === 'object' && !Array.isArray(value) && !isPlainObject(value)) {
-    return `a ${Object.getPrototypeOf(value)?.constructor?.name ?? 'class'} instance`;
-  }
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    return Array.isArray(value) ? 'an array that is not JSON' : 'an object that is not JSON';
-  }
 }
 
 /** Postgres hands back Date objects for timestamptz; the engine works in luxon. */

@@ -1,3 +1,4 @@
+import { BLUEPRINT_NAME } from '../values.js';
 import { Duration } from 'luxon';
 import { ValidationError } from '../errors/validation-error.js';
 import type { JsonObject } from '../model/spec.js';
@@ -5,7 +6,7 @@ import { parseDuration } from '../time.js';
 import { normalizeTimeouts } from './timeouts.js';
 import type { Blueprint, BlueprintImplementation, BlueprintLimits, BlueprintOptions, NormalizedLimits } from './contract.js';
 
-export const BLUEPRINT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+export { BLUEPRINT_NAME };
 
 const IMPLEMENTATION_KEYS = new Set([
   'type', 'description', 'validateConfig', 'idleExpiry', 'canEverAllocate', 'canAllocate', 'allocateResource', 'activateResource',

@@ -6,7 +6,7 @@ import { fromDb, toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
 import { processLease } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
-import type { LeaseMoved, Outcome, Runtime } from './runtime.js';
+import { exponentialMs, type LeaseMoved, type Outcome, type Runtime } from './runtime.js';
 
 export interface EngineOptions {
   concurrency: number;
@@ -31,6 +31,9 @@ interface ClaimedItem {
  * p-queue slot, and records what the pass decided. In-process pokes, clock timers for
  * scheduled work, and a periodic sweep are all only wake-ups: the work itself is rows.
  */
+/** How many of its own errors an engine keeps in `errors`: a long-running broker must not grow without bound. */
+const ERRORS_KEPT = 100;
+
 export class Engine {
   private readonly queue: PQueue;
   private readonly inflight = new Map<string, ClaimedItem>();
@@ -54,6 +57,7 @@ export class Engine {
   private cancelScheduled: (() => void) | undefined;
   private scheduledAt: number | undefined;
   private idleWaiters: Array<() => void> = [];
+  /** The last errors of the library's own work (for tests and diagnosis), at most ERRORS_KEPT; the logger has every one. */
   readonly errors: unknown[] = [];
 
   constructor(
@@ -118,7 +122,7 @@ export class Engine {
     } catch (error) {
       this.maybeDue = true;
       if (!this.stopped) {
-        this.errors.push(error);
+        this.noteError(error);
         this.rt.logger.error({ err: error }, 'slipway: claiming work failed; the sweep will retry');
       }
     }
@@ -191,10 +195,11 @@ export class Engine {
       } catch (error) {
         if (this.halted) return;
         // A failure of the library's own writes (a refused CAS, a lost connection): retry with backoff.
-        this.errors.push(error);
+        this.noteError(error);
         this.rt.logger.warn({ err: error, object: key }, 'slipway: a worker pass failed; it will be retried');
         const attempts = item.attempts + 1;
-        outcome = { next: 'at', at: clock.now().plus({ milliseconds: Math.min(30_000, 100 * 2 ** attempts) }), attempts };
+        // Not the broker's `backoff`, which paces hooks: the library's own writes retry sooner.
+        outcome = { next: 'at', at: clock.now().plus({ milliseconds: exponentialMs(200, 30_000, attempts) }), attempts };
       }
       if (this.halted) return;
       crashPoint('pass.decided');
@@ -212,7 +217,7 @@ export class Engine {
     } catch (error) {
       this.maybeDue = true;
       if (!this.halted) {
-        this.errors.push(error);
+        this.noteError(error);
         this.rt.logger.error({ err: error, object: key }, 'slipway: recording a work item failed; its claim will expire and be retried');
       }
     } finally {
@@ -295,5 +300,10 @@ export class Engine {
 
   inflightKeys(): string[] {
     return [...this.inflight.keys()];
+  }
+
+  private noteError(error: unknown) {
+    this.errors.push(error);
+    if (this.errors.length > ERRORS_KEPT) this.errors.splice(0, this.errors.length - ERRORS_KEPT);
   }
 }

@@ -5,9 +5,10 @@ import { HookError } from '../errors/hook-error.js';
 import { HookTimeoutError } from '../errors/hook-timeout-error.js';
 import { hookCrashPoint } from './crash-points.js';
 import { RetryLater } from '../errors/retry-later.js';
-import { assertJson, isPlainObject, type JsonObject } from '../model/spec.js';
+import { assertJson, type JsonObject } from '../model/spec.js';
+import { isPlainObject } from '../values.js';
 import type { LeaseRow, LogInsert, ResourceRow } from '../store/store.js';
-import { backoffDelay, type Runtime } from './runtime.js';
+import { at, backoffDelay, type Outcome, type Runtime } from './runtime.js';
 
 /** Thrown inside a hook by `ctx.acquireLease` while the child lease is not active yet: the object parks until the child moves. */
 export class WaitingForChild extends Error {
@@ -127,6 +128,25 @@ export function errorCode(error: HookError): string | null {
 /** The `hook.failure` entry of a hook that failed for good (no retry). */
 export function hookFailureLog(error: HookError, target: { lease?: string; resource?: string }): LogInsert<'hook.failure'> {
   return { type: 'hook.failure', data: { hook: error.hook, error: error.message, code: errorCode(error), retry: false }, blueprint: error.blueprint, ...target };
+}
+
+/**
+ * A destroy hook that did not succeed (it threw, timed out or asked to retry): logged as
+ * a `hook.failure` to be retried, and retried at its `RetryLater` time or after the
+ * broker's capped backoff for this attempt. A destroy is never given up on.
+ */
+export async function retryDestroy(
+  rt: Runtime,
+  hook: 'destroyLease' | 'destroyResource',
+  failure: Exclude<HookResult<unknown>, { ok: true }>,
+  attempt: number,
+  target: { lease?: string; resource: string; blueprint: string },
+): Promise<Outcome> {
+  const retryAt = failure.kind === 'retry' ? failure.at : rt.clock.now().plus(backoffDelay(rt, attempt));
+  const error = failure.kind === 'failed' ? failure.error.message : failure.kind === 'retry' ? failure.reason : 'waiting';
+  const code = failure.kind === 'failed' ? errorCode(failure.error) : null;
+  await rt.store.single((u) => rt.store.log(u, { type: 'hook.failure', data: { hook, error, code, retry: true, attempt, retryAt: retryAt.toISO() }, ...target }));
+  return at(retryAt, attempt);
 }
 
 export function resourceView(r: ResourceRow): ResourceView {

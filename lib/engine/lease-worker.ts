@@ -4,8 +4,8 @@ import type { LeaseRow, ResourceRow } from '../store/store.js';
 import { humanDuration, toDb } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
-import { baseContext, callHook, errorCode, hookFailureLog, leaseView, resourceView } from './hooks.js';
-import { at, backoffDelay, DELETE, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
+import { baseContext, callHook, hookFailureLog, leaseView, resourceView, retryDestroy } from './hooks.js';
+import { at, DELETE, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
   id: string;
@@ -197,14 +197,7 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     }
     const attempt = claim.attempts + 1;
     const destroyed = await callHook(rt, blueprint, 'destroyLease', ctx, undefined, attempt);
-    if (!destroyed.ok) {
-      const retryAt = destroyed.kind === 'retry' ? destroyed.at : rt.clock.now().plus(backoffDelay(rt, attempt));
-      const error = destroyed.kind === 'failed' ? destroyed.error.message : destroyed.kind === 'retry' ? destroyed.reason : 'waiting';
-      await store.single((u) =>
-        store.log(u, { type: 'hook.failure', data: { hook: 'destroyLease', error, code: destroyed.kind === 'failed' ? errorCode(destroyed.error) : null, retry: true, attempt, retryAt: retryAt.toISO() }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }),
-      );
-      return at(retryAt, attempt);
-    }
+    if (!destroyed.ok) return retryDestroy(rt, 'destroyLease', destroyed, attempt, { lease: lease.id, resource: resource.id, blueprint: blueprint.name });
   }
   await store.unit(async (u) => {
     // One statement: the lease is destroyed, its slot locks go, a reservation it held goes

@@ -7,7 +7,7 @@ import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } f
 import { mapLease, type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
 import { toDb } from '../time.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
-import { baseContext, callHook, errorCode, hookFailureLog, leaseView, resourceView, WaitingForChild } from './hooks.js';
+import { baseContext, callHook, hookFailureLog, leaseView, resourceView, retryDestroy, WaitingForChild } from './hooks.js';
 import { at, backoffDelay, blueprintsForType, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
 
 export interface ResourceClaim {
@@ -246,13 +246,13 @@ async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprin
   const expiry = idleSince.plus(idle);
   if (expiry > now) return at(expiry);
   // Guarded: a lease acquired since the read keeps the resource.
-  const released = await store.single((u) =>
+  await store.single((u) =>
     store.casIf(u, 'resource', resource.id, 'active', 'released', {}, {
       guard: () => 'lease_count = 0 AND reserved_for IS NULL',
       logs: [{ type: 'resource.released', data: { reason: `idle for ${idle.toISO()}`, author: null }, resource: resource.id, blueprint: blueprint.name }],
     }),
   );
-  if (!released) return at(now);
+  // Released or not (a lease came first), the next pass looks again.
   return at(now);
 }
 
@@ -264,14 +264,7 @@ async function destroy(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<
   const attempt = claim.attempts + 1;
   const ctx = { ...baseContext(rt, blueprint, { resource: resource.id }, resume), resource: resourceView(resource) };
   const result = await callHook(rt, blueprint, 'destroyResource', ctx, undefined, attempt);
-  if (!result.ok) {
-    const retryAt = result.kind === 'retry' ? result.at : rt.clock.now().plus(backoffDelay(rt, attempt));
-    const error = result.kind === 'failed' ? result.error.message : result.kind === 'retry' ? result.reason : 'waiting';
-    await store.single((u) =>
-      store.log(u, { type: 'hook.failure', data: { hook: 'destroyResource', error, code: result.kind === 'failed' ? errorCode(result.error) : null, retry: true, attempt, retryAt: retryAt.toISO() }, resource: resource.id, blueprint: blueprint.name }),
-    );
-    return at(retryAt, attempt);
-  }
+  if (!result.ok) return retryDestroy(rt, 'destroyResource', result, attempt, { resource: resource.id, blueprint: blueprint.name });
   await store.unit(async (u) => {
     await store.casResource(u, resource.id, resource.status, 'destroyed', { phase: null, phase_attempts: 0 }, {
       logs: [{ type: 'resource.destroyed', data: {}, resource: resource.id, blueprint: blueprint.name }],

@@ -64,10 +64,14 @@ export const PARK: Outcome = { next: 'park' };
 export const DELETE: Outcome = { next: 'delete' };
 export const at = (when: DateTime, attempts?: number): Outcome => ({ next: 'at', at: when, attempts });
 
-/** Capped exponential backoff: initial × 2^(attempt-1), at most max. */
+/** Capped exponential backoff in milliseconds: initial × 2^(attempt-1), at most max. */
+export function exponentialMs(initialMs: number, maxMs: number, attempt: number): number {
+  return Math.min(maxMs, initialMs * 2 ** Math.max(0, attempt - 1));
+}
+
+/** The broker's `backoff` for a hook's attempt. */
 export function backoffDelay(rt: Runtime, attempt: number): Duration {
-  const ms = Math.min(rt.backoff.max.toMillis(), rt.backoff.initial.toMillis() * 2 ** Math.max(0, attempt - 1));
-  return Duration.fromMillis(ms);
+  return Duration.fromMillis(exponentialMs(rt.backoff.initial.toMillis(), rt.backoff.max.toMillis(), attempt));
 }
 
 export function blueprintsForType(rt: Runtime, type: string): Blueprint<any, any, any>[] {

@@ -1,6 +1,6 @@
 import { ValidationError } from '../errors/validation-error.js';
-import { describeValue } from '../time.js';
-import { assertText, isPlainObject } from './spec.js';
+import { describeValue, isPlainObject } from '../values.js';
+import { assertText } from './spec.js';
 
 /**
  * Checks of the arguments of the broker's public calls (release, list, logs, on, ...),

@@ -1,5 +1,5 @@
 import { Duration, type DateTime } from 'luxon';
-import { BLUEPRINT_NAME } from '../blueprint/define-blueprint.js';
+import { BLUEPRINT_NAME, describeValue, isPlainObject } from '../values.js';
 import { AbortError } from '../errors/abort-error.js';
 import { ValidationError } from '../errors/validation-error.js';
 import { parseDateTime, parseDuration, type DateTimeInput, type DurationInput } from '../time.js';
@@ -69,7 +69,7 @@ export function normalizeSpec(spec: unknown, options: { now?: DateTime } = {}): 
     // An index loop, not every(): every() skips the holes of a sparse array.
     for (let i = 0; i < s.blueprints.length; i++) {
       const name: unknown = s.blueprints[i];
-      if (typeof name !== 'string' || !BLUEPRINT_NAME.test(name)) throw new ValidationError(`spec.blueprints[${i}]`, `must be a blueprint name matching ${BLUEPRINT_NAME} (got ${describe(name)})`);
+      if (typeof name !== 'string' || !BLUEPRINT_NAME.test(name)) throw new ValidationError(`spec.blueprints[${i}]`, `must be a blueprint name matching ${BLUEPRINT_NAME} (got ${describeValue(name)})`);
     }
     blueprints = [...s.blueprints];
   }
@@ -151,21 +151,3 @@ export function assertJson(value: unknown, field: string, seen = new Set<unknown
   seen.delete(value);
 }
 
-/**
- * An object literal or `Object.create(null)`, from any realm: its prototype is some
- * realm's `Object.prototype` (whose own prototype is null), or null. Rows parsed by the
- * database driver and values from a vm context (jest) come from another realm.
- */
-export function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === null || Object.getPrototypeOf(proto) === null;
-}
-
-function describe(value: unknown): string {
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    return String(value);
-  }
-}

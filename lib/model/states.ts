@@ -52,4 +52,3 @@ export function isLegalTransition(kind: ObjectKind, from: string, to: string): b
   return table[from]?.includes(to) ?? false;
 }
 
-export const TERMINAL = 'destroyed' as const;
