@@ -594,7 +594,8 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
 
   async function releaseAndWait(id: string, opts?: { wait?: boolean }): Promise<void> {
     const wait = optionalBoolean(checkOptions(opts, ['wait'], { call: 'release' }).wait, 'wait');
-    await writeCommand('lease', id, 'release', { reason: 'released by its holder' }, 'holder');
+    // Rendered "Lease released by holder.": the author says who, and there is no more to say why.
+    await writeCommand('lease', id, 'release', { reason: 'released' }, 'holder');
     if (wait === false) return;
     await watchLease(id, (l) => (l.status === 'destroyed' ? { value: undefined } : null), { decisive: DESTROYED, fromEvent: (e) => (e.row as LeaseRow | undefined) ?? null });
   }
@@ -783,8 +784,8 @@ async function computeStats(store: Store, now: DateTime, blueprints: Map<string,
   }
   const age = (at: Date | string | null) => (at ? Math.max(0, now.toMillis() - fromDb(at)!.toMillis()) : undefined);
   const resources = await store.db.query(
-    `SELECT blueprint, type, status, (phase = 'destroy') AS destroying, count(*)::int AS n, min(status_changed_at) AS oldest
-     FROM ${store.s}.resources GROUP BY blueprint, type, status, (phase = 'destroy')`,
+    `SELECT blueprint, type, status, (phase IN ('destroy', 'destroy:retry')) AS destroying, count(*)::int AS n, min(status_changed_at) AS oldest
+     FROM ${store.s}.resources GROUP BY blueprint, type, status, (phase IN ('destroy', 'destroy:retry'))`,
   );
   for (const r of resources) {
     const s = (result.blueprints[r.blueprint] ??= { type: r.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null });

@@ -56,10 +56,29 @@ export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, an
       const delay = thrown.after ?? backoffDelay(rt, attempt);
       return { ok: false, kind: 'retry', at: rt.clock.now().plus(delay), reason: thrown.message };
     }
+    const errorClass = thrownClass(thrown);
+    if (errorClass) {
+      const args = errorClass === 'RetryLater' ? 'reason, after' : 'message';
+      return { ok: false, kind: 'failed', error: new HookError(blueprint.name, hook, new MalformedHookResult(`threw the class ${errorClass} itself, not an instance: write throw new ${errorClass}(${args})`)) };
+    }
     return { ok: false, kind: 'failed', error: new HookError(blueprint.name, hook, thrown) };
   } finally {
     cancel?.();
   }
+}
+
+/**
+ * The name of an error class thrown as it is (`throw RetryLater` instead of `throw new
+ * RetryLater(...)`), or null. That is a mistake to name, not a value to describe: it would
+ * read as `[class RetryLater extends SlipwayError]`, and break the object with no hint why.
+ */
+export function thrownClass(thrown: unknown): string | null {
+  try {
+    if (typeof thrown === 'function' && (thrown === Error || thrown.prototype instanceof Error)) return thrown.name || 'Error';
+  } catch {
+    // a revoked Proxy, or a prototype getter that throws: not a class of ours to name
+  }
+  return null;
 }
 
 /** `instanceof` that a hostile thrown value cannot make throw (a revoked Proxy throws on every prototype lookup). */
@@ -77,7 +96,7 @@ const OUTCOMES = new Set(['allocateResource', 'activateResource', 'acquireLease'
 /** A hook's return value must have its documented shape; anything else is the hook's failure, not the broker's. */
 function checkReturned(hook: string, value: unknown) {
   const bad = (what: string) => {
-    throw new MalformedHookResult(what);
+    throw new MalformedHookResult(`returned ${what}`);
   };
   if (value === undefined || value === null) return;
   if (QUESTIONS.has(hook)) {
@@ -101,16 +120,17 @@ function checkReturned(hook: string, value: unknown) {
 }
 
 function describeType(value: unknown): string {
+  if (value === null) return 'null';
   if (Array.isArray(value)) return 'array';
   if (typeof value === 'object') return (value as object).constructor?.name ?? 'object';
   return typeof value;
 }
 
-/** What a hook returned does not have the shape its contract gives. */
+/** What a hook returned (or threw: an error class, not an instance) does not have the shape its contract gives. */
 export class MalformedHookResult extends Error {
   readonly code = 'HOOK_MALFORMED_RESULT';
-  constructor(what: string) {
-    super(`returned ${what}`);
+  constructor(message: string) {
+    super(message);
     this.name = 'MalformedHookResult';
   }
 }
@@ -126,7 +146,35 @@ export function errorCode(error: HookError): string | null {
 
 /** The `hook.failure` entry of a hook that failed for good (no retry). */
 export function hookFailureLog(error: HookError, target: { lease?: string; resource?: string }): LogInsert<'hook.failure'> {
-  return { type: 'hook.failure', data: { hook: error.hook, error: error.message, code: errorCode(error), retry: false }, blueprint: error.blueprint, ...target };
+  return { type: 'hook.failure', data: { hook: error.hook, error: error.reason, code: errorCode(error), retry: false }, blueprint: error.blueprint, ...target };
+}
+
+/**
+ * The phase an object records once the outcome of its hook was a retry (a RetryLater, or a
+ * destroy hook's failure): the hook's intent was seen through, so its next call is no
+ * resume. `ctx.resume` is true only after a call whose outcome was never recorded (a crash,
+ * a close, a suspension for a child lease, a result whose slot locks could not be taken).
+ */
+export const retryPhase = (phase: 'allocate' | 'activate' | 'destroy') => `${phase}:retry` as const;
+
+/** Whether the object's destroy phase has begun (its first hook was called), with or without a recorded retry. */
+export const inDestroyPhase = (phase: string | null) => phase === 'destroy' || phase === retryPhase('destroy');
+
+/**
+ * The log entry of a destroy hook (`destroyLease`, `destroyResource`) that is tried again at
+ * `retryAt`: `hook.retry-later` when it asked to be, else `hook.failure` with the retry.
+ */
+export function destroyRetryLog(
+  result: Exclude<HookResult<unknown>, { ok: true }>,
+  hook: string,
+  retryAt: DateTime,
+  attempt: number,
+  target: { lease?: string; resource: string; blueprint: string },
+): LogInsert<'hook.failure'> | LogInsert<'hook.retry-later'> {
+  if (result.kind === 'retry') return { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: retryAt.toISO()! }, ...target };
+  const error = result.kind === 'failed' ? result.error.reason : `waiting for child lease ${result.childId}`;
+  const code = result.kind === 'failed' ? errorCode(result.error) : null;
+  return { type: 'hook.failure', data: { hook, error, code, retry: true, attempt, retryAt: retryAt.toISO() }, ...target };
 }
 
 export function resourceView(r: ResourceRow): ResourceView {

@@ -4,7 +4,7 @@ import type { LeaseRow, ResourceRow } from '../store/store.js';
 import { humanDuration, toDb } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
-import { baseContext, callHook, errorCode, hookFailureLog, leaseView, resourceView } from './hooks.js';
+import { baseContext, callHook, destroyRetryLog, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryPhase } from './hooks.js';
 import { at, backoffDelay, DELETE, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
@@ -143,7 +143,11 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
   const result = await callHook<{ attributes?: object } | undefined>(rt, blueprint, 'activateLease', leaseOnResourceContext(rt, blueprint, lease, resource, resume), undefined, attempt);
   if (!result.ok) {
     if (result.kind === 'retry') {
-      await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook: 'activateLease', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id, blueprint: blueprint.name }));
+      await store.unit(async (u) => {
+        await store.log(u, { type: 'hook.retry-later', data: { hook: 'activateLease', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id, blueprint: blueprint.name });
+        // Its outcome is recorded: the next call is a new try, not a resume.
+        await store.update(u, 'lease', lease.id, 'acquired', { phase: retryPhase('activate') });
+      });
       return at(result.at);
     }
     if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
@@ -186,9 +190,11 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     // A release recorded the intent to destroy with its own CAS; a later pass finds it.
     const fresh = claim.intent === 'destroy' && lease.phase === 'destroy';
     claim.intent = undefined;
-    const firstTry = fresh || lease.phase !== 'destroy';
+    // releaseLease runs once, on the first try of the destroy phase; a resume is a try after one whose outcome was never recorded.
+    const firstTry = fresh || !inDestroyPhase(lease.phase);
+    const resume = !fresh && lease.phase === 'destroy';
     if (!fresh) await store.single((u) => store.update(u, 'lease', lease.id, lease.status, { phase: 'destroy', phase_attempts: lease.phaseAttempts + 1 }));
-    const ctx = leaseOnResourceContext(rt, blueprint, lease, resource, !firstTry);
+    const ctx = leaseOnResourceContext(rt, blueprint, lease, resource, resume);
     if (firstTry && lease.status === 'released') {
       const released = await callHook(rt, blueprint, 'releaseLease', ctx, undefined);
       if (!released.ok && released.kind === 'failed') {
@@ -199,10 +205,11 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     const destroyed = await callHook(rt, blueprint, 'destroyLease', ctx, undefined, attempt);
     if (!destroyed.ok) {
       const retryAt = destroyed.kind === 'retry' ? destroyed.at : rt.clock.now().plus(backoffDelay(rt, attempt));
-      const error = destroyed.kind === 'failed' ? destroyed.error.message : destroyed.kind === 'retry' ? destroyed.reason : 'waiting';
-      await store.single((u) =>
-        store.log(u, { type: 'hook.failure', data: { hook: 'destroyLease', error, code: destroyed.kind === 'failed' ? errorCode(destroyed.error) : null, retry: true, attempt, retryAt: retryAt.toISO() }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }),
-      );
+      await store.unit(async (u) => {
+        await store.log(u, destroyRetryLog(destroyed, 'destroyLease', retryAt, attempt, { lease: lease.id, resource: resource.id, blueprint: blueprint.name }));
+        // Its outcome is recorded: the next call is a new try, not a resume.
+        await store.update(u, 'lease', lease.id, lease.status, { phase: retryPhase('destroy') });
+      });
       return at(retryAt, attempt);
     }
   }

@@ -6,7 +6,7 @@ import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } f
 import { mapLease, type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
 import { toDb } from '../time.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
-import { baseContext, callHook, errorCode, hookFailureLog, leaseView, resourceView, WaitingForChild } from './hooks.js';
+import { baseContext, callHook, destroyRetryLog, errorCode, hookFailureLog, leaseView, resourceView, retryPhase, WaitingForChild } from './hooks.js';
 import { at, backoffDelay, blueprintsForType, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
 
 export interface ResourceClaim {
@@ -76,7 +76,11 @@ async function build(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<an
   if (!result.ok) {
     if (result.kind === 'child') return PARK;
     if (result.kind === 'retry') {
-      await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: result.at.toISO()! }, resource: resource.id, blueprint: blueprint.name }));
+      await store.unit(async (u) => {
+        await store.log(u, { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: result.at.toISO()! }, resource: resource.id, blueprint: blueprint.name });
+        // Its outcome is recorded: the next call is a new try, not a resume.
+        await store.update(u, 'resource', resource.id, 'pending', { phase: retryPhase(phase) });
+      });
       return at(result.at, claim.attempts + 1);
     }
     await store.unit(async (u) => {
@@ -246,10 +250,11 @@ async function destroy(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<
   const result = await callHook(rt, blueprint, 'destroyResource', ctx, undefined, attempt);
   if (!result.ok) {
     const retryAt = result.kind === 'retry' ? result.at : rt.clock.now().plus(backoffDelay(rt, attempt));
-    const error = result.kind === 'failed' ? result.error.message : result.kind === 'retry' ? result.reason : 'waiting';
-    await store.single((u) =>
-      store.log(u, { type: 'hook.failure', data: { hook: 'destroyResource', error, code: result.kind === 'failed' ? errorCode(result.error) : null, retry: true, attempt, retryAt: retryAt.toISO() }, resource: resource.id, blueprint: blueprint.name }),
-    );
+    await store.unit(async (u) => {
+      await store.log(u, destroyRetryLog(result, 'destroyResource', retryAt, attempt, { resource: resource.id, blueprint: blueprint.name }));
+      // Its outcome is recorded: the next call is a new try, not a resume.
+      await store.update(u, 'resource', resource.id, resource.status, { phase: retryPhase('destroy') });
+    });
     return at(retryAt, attempt);
   }
   await store.unit(async (u) => {
