@@ -353,6 +353,56 @@ describe('log wording', () => {
   });
 });
 
+// Issue 10: ctx.log writes only what the blueprint declared, and says so when it is not.
+describe('ctx.log', () => {
+  const logging = (log: (ctx: { log: (type: string, data?: any) => Promise<void> }) => Promise<unknown> | unknown) =>
+    defineBlueprint({
+      type: 'logging',
+      logTypes: { 'logging.cloned': (d) => `Cloned ${String(d.repo)} in ${String(d.ms)} ms.` },
+      async allocateResource() {
+        return { attributes: {} };
+      },
+      async activateLease(ctx) {
+        await log(ctx);
+      },
+    });
+
+  async function failureOf(log: Parameters<typeof logging>[0]) {
+    const broker = await testBroker({ blueprints: [logging(log)({ name: 'logging' })] });
+    const error = await pumpUntilSettled(broker, broker.acquire({ type: 'logging' }));
+    const failures = await broker.logs({ type: 'hook.failure' });
+    const rest = (await broker.logs()).filter((e) => e.blueprint === 'logging' && e.type.startsWith('logging.'));
+    await broker.close();
+    return { error, failures: failures.map((f) => f.message), rest: rest.map((e) => e.message) };
+  }
+
+  test('a declared type with JSON data is written and rendered; blueprint.note needs { message }', async () => {
+    const result = await failureOf(async (ctx) => {
+      await ctx.log('logging.cloned', { repo: 'app', ms: 3 });
+      await ctx.log('blueprint.note', { message: 'warm cache' });
+    });
+    expect(result.failures).toEqual([]);
+    expect(result.rest).toEqual(['Cloned app in 3 ms.']);
+  });
+
+  test.each([
+    ['an undeclared type', (ctx: any) => ctx.log('logging.typo', { repo: 'app' }), 'ctx.log: log type "logging.typo" is not declared by blueprint "logging": add a renderer for it to its logTypes (declared: "logging.cloned", "blueprint.note")'],
+    ['a library type', (ctx: any) => ctx.log('lease.activated', { resource: 'forged' }), 'ctx.log: log type "lease.activated" is not declared by blueprint "logging"'],
+    ['data that is a string', (ctx: any) => ctx.log('logging.cloned', 'app in 3 ms'), 'ctx.log: the data of a logging.cloned entry must be a JSON object like { path: \'/tmp/x\' } (got string)'],
+    ['data that is an array', (ctx: any) => ctx.log('logging.cloned', ['app']), 'ctx.log: the data of a logging.cloned entry must be a JSON object like { path: \'/tmp/x\' } (got array)'],
+    ['data that is not JSON', (ctx: any) => ctx.log('logging.cloned', { at: new Date(0) }), 'ctx.log data of logging.cloned.at: is not JSON: a Date instance'],
+    ['a note without a message', (ctx: any) => ctx.log('blueprint.note', { text: 'hi' }), 'ctx.log: a blueprint.note entry needs data { message: string }'],
+    // Not awaited: the refusal is thrown at once, so it still fails the hook instead of vanishing.
+    ['an undeclared type, not awaited', (ctx: any) => void ctx.log('logging.typo'), 'ctx.log: log type "logging.typo" is not declared'],
+  ])('%s is refused: the hook fails with a ValidationError that its hook.failure log names', async (_what, log, says) => {
+    const { error, failures, rest } = await failureOf(log);
+    expect(failures).toEqual([expect.stringContaining(`Hook activateLease failed: ${says}`)]);
+    expect(failures[0]).toMatch(/\[INVALID_INPUT\]\.$/);
+    expect((error as Error).message).toContain(`logging.activateLease failed: ${says}`);
+    expect(rest).toEqual([]);
+  });
+});
+
 /** Runs the workers (and the clock, a second at a time) until `promise` settles; resolves with its value or its error. */
 async function pumpUntilSettled<T>(broker: TestBroker, promise: Promise<T>): Promise<T | unknown> {
   let settled = false;

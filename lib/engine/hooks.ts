@@ -5,6 +5,7 @@ import { HookError } from '../errors/hook-error.js';
 import { HookTimeoutError } from '../errors/hook-timeout-error.js';
 import { hookCrashPoint } from './crash-points.js';
 import { RetryLater } from '../errors/retry-later.js';
+import { ValidationError } from '../errors/validation-error.js';
 import { assertJson, isPlainObject, type JsonObject } from '../model/spec.js';
 import type { LeaseRow, LogInsert, ResourceRow } from '../store/store.js';
 import { backoffDelay, type Runtime } from './runtime.js';
@@ -195,8 +196,32 @@ export function baseContext(rt: Runtime, blueprint: Blueprint<any, any, any>, ta
     clock: rt.clock,
     signal: rt.signal,
     resume,
-    log: async (type: string, data: JsonObject = {}) => {
-      await rt.store.single((u) => rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null }));
+    // Not async: a refused call throws at once, so it fails the hook (and reaches its
+    // hook.failure log) even when the hook does not await it.
+    log: (type: string, data: JsonObject = {}): Promise<void> => {
+      checkLogCall(blueprint, type, data);
+      return rt.store.single(async (u) => {
+        await rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null });
+      });
     },
   };
+}
+
+/**
+ * `ctx.log(type, data)` writes only what can be rendered: a type the blueprint declares in
+ * `logTypes` (or the built-in `blueprint.note`, whose data is `{ message }`), with data
+ * that is a JSON object. Anything else is a ValidationError on `ctx.log`.
+ */
+function checkLogCall(blueprint: Blueprint<any, any, any>, type: unknown, data: unknown): void {
+  const declared = blueprint.implementation.logTypes ?? {};
+  if (typeof type !== 'string' || !(type === 'blueprint.note' || Object.hasOwn(declared, type))) {
+    const known = [...Object.keys(declared), 'blueprint.note'].map((t) => JSON.stringify(t)).join(', ');
+    throw new ValidationError(
+      'ctx.log',
+      `log type ${typeof type === 'string' ? JSON.stringify(type) : `of type ${typeof type}`} is not declared by blueprint "${blueprint.name}": add a renderer for it to its logTypes (declared: ${known})`,
+    );
+  }
+  if (!isPlainObject(data)) throw new ValidationError('ctx.log', `the data of a ${type} entry must be a JSON object like { path: '/tmp/x' } (got ${describeType(data)})`);
+  assertJson(data, `ctx.log data of ${type}`);
+  if (type === 'blueprint.note' && typeof data.message !== 'string') throw new ValidationError('ctx.log', "a blueprint.note entry needs data { message: string }");
 }
