@@ -23,8 +23,8 @@ import { ValidationError } from './errors/validation-error.js';
 import { leaseSignal } from './lease-signal.js';
 import { renderLog, type LogEntry } from './logs/log-types.js';
 import { checkCommandOptions, checkFilter, checkOptions, checkSubscription, checkText, optionalBoolean, optionalSignal } from './model/call-arguments.js';
-import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from './model/lease.js';
-import { normalizeSpec, type LeaseSpec, type NormalizedSpec } from './model/spec.js';
+import type { Lease, LeaseAttributesOf, LeaseHandle, LeaseOf, LeaseRecord, NoAttributes, ResourceAttributesOf, ResourceRecord, TypedLeaseSpec } from './model/lease.js';
+import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } from './model/spec.js';
 import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATUSES, type LeaseStatus, type ResourceStatus } from './model/states.js';
 import type { Db } from './store/db.js';
 import { collectGarbage, type GcResult } from './store/gc.js';
@@ -120,10 +120,16 @@ export interface BrokerStats {
 
 export interface Broker extends AsyncDisposable {
   readonly clock: Clock;
-  /** Requests a lease and resolves once it is active. */
-  acquire<A extends import('./model/spec.js').JsonObject = any>(spec: LeaseSpec<A>): Promise<Lease>;
-  /** Requests a lease and returns its handle as soon as the request is recorded. */
-  requestLease(spec: LeaseSpec): Promise<LeaseHandle>;
+  /**
+   * Requests a lease and resolves once it is active. With `spec.blueprints` given as
+   * blueprint objects (`blueprints: [local]`), the lease's `attributes` and
+   * `resource.attributes` have the types those blueprints declare.
+   */
+  acquire<A extends JsonObject = NoAttributes, B extends Blueprint<any, any, any> = Blueprint<any, any, any>>(spec: TypedLeaseSpec<A, B>): Promise<LeaseOf<B, A>>;
+  acquire<A extends JsonObject = JsonObject>(spec: LeaseSpec<A>): Promise<Lease<A & JsonObject>>;
+  /** Requests a lease and returns its handle as soon as the request is recorded; typed like `acquire`. */
+  requestLease<A extends JsonObject = NoAttributes, B extends Blueprint<any, any, any> = Blueprint<any, any, any>>(spec: TypedLeaseSpec<A, B>): Promise<LeaseHandle<A & LeaseAttributesOf<B>, ResourceAttributesOf<B>>>;
+  requestLease<A extends JsonObject = JsonObject>(spec: LeaseSpec<A>): Promise<LeaseHandle<A & JsonObject>>;
   /** Writes a release command for a lease. */
   release(leaseId: string, options?: { reason?: string; author?: string }): Promise<void>;
   /** Writes a release command for a resource; its leases are released first. */
@@ -366,6 +372,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       const b = blueprints.get(name);
       if (!b) throw new ValidationError('spec.blueprints', `unknown blueprint "${name}" (known: ${[...blueprints.keys()].join(', ')})`);
       if (b.type !== spec.type) throw new ValidationError('spec.blueprints', `blueprint "${name}" serves type "${b.type}", not "${spec.type}"`);
+      // The lease is typed by the object given: it must be the one that will serve it.
+      const given = spec.blueprintObjects.get(name);
+      if (given && given !== b) throw new ValidationError('spec.blueprints', `the blueprint "${name}" given is not the one this broker was created with (pass that object, or its name)`);
     }
   }
 
@@ -608,7 +617,8 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
 
   async function releaseAndWait(id: string, opts?: { wait?: boolean }): Promise<void> {
     const wait = optionalBoolean(checkOptions(opts, ['wait'], { call: 'release' }).wait, 'wait');
-    await writeCommand('lease', id, 'release', { reason: 'released by its holder' }, 'holder');
+    // Rendered "Lease released by holder.": the author says who, and there is no more to say why.
+    await writeCommand('lease', id, 'release', { reason: 'released' }, 'holder');
     if (wait === false) return;
     await watchLease(id, (l) => (l.status === 'destroyed' ? { value: undefined } : null), { decisive: DESTROYED, fromEvent: (e) => (e.row as LeaseRow | undefined) ?? null });
   }
@@ -655,16 +665,19 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     id: r.id, type: r.type, blueprint: r.blueprint, status: r.status, attributes: r.attributes, createdAt: r.createdAt, statusChangedAt: r.statusChangedAt, brokenReason: r.brokenReason,
   });
 
+  // One implementation for both overloads: the typed one only narrows what the caller sees.
+  const acquire = (spec: LeaseSpec) =>
+    live(async () => {
+      const { id, activeOptions } = await request(spec, true);
+      // Nothing can have moved the lease since its insert returned: no statement completes
+      // between here and the watch starting, so the watch skips its first read.
+      return whenActive(id, { ...activeOptions({}), justRequested: true });
+    });
+
   const broker: Broker = {
     clock,
-    acquire: (spec) =>
-      live(async () => {
-        const { id, activeOptions } = await request(spec, true);
-        // Nothing can have moved the lease since its insert returned: no statement completes
-        // between here and the watch starting, so the watch skips its first read.
-        return whenActive(id, { ...activeOptions({}), justRequested: true });
-      }),
-    requestLease: (spec) => live(() => requestLease(spec)),
+    acquire: acquire as Broker['acquire'],
+    requestLease: ((spec: LeaseSpec) => live(() => requestLease(spec))) as Broker['requestLease'],
     // Arguments are checked here, in order, before writeCommand reads or writes anything.
     release: (id, options) =>
       live(async () => {
@@ -800,8 +813,8 @@ async function computeStats(store: Store, now: DateTime, blueprints: Map<string,
   }
   const age = (at: Date | string | null) => (at ? Math.max(0, now.toMillis() - fromDb(at)!.toMillis()) : undefined);
   const resources = await store.db.query(
-    `SELECT blueprint, type, status, (phase = 'destroy') AS destroying, count(*)::int AS n, min(status_changed_at) AS oldest
-     FROM ${store.s}.resources GROUP BY blueprint, type, status, (phase = 'destroy')`,
+    `SELECT blueprint, type, status, (phase IN ('destroy', 'destroy:retry')) AS destroying, count(*)::int AS n, min(status_changed_at) AS oldest
+     FROM ${store.s}.resources GROUP BY blueprint, type, status, (phase IN ('destroy', 'destroy:retry'))`,
   );
   for (const r of resources) {
     const s = (result.blueprints[r.blueprint] ??= { type: r.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null });

@@ -137,7 +137,7 @@ describe('allocator order', () => {
     expect(bp.calls.allocateResource).toBe(1);
     expect(await broker.resources.list()).toHaveLength(1);
     const [wait] = await broker.logs({ lease: second.id, type: 'lease.waiting-for-resources' });
-    expect(wait!.data.reasons).toContain('f is at maxResources (1)');
+    expect(wait!.data.reasons).toContain('f is full: none of its resources has room for another lease (at most 1 lease each: maxLeasesPerResource), and it may build no more than 1 resource (maxResources)');
     // Invariant 7: freed capacity serves the waiter at once, no clock movement
     await first.release({ wait: false });
     await broker.runUntilIdle();

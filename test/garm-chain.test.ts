@@ -314,7 +314,7 @@ describe('records in the deletion lane while capacity is computed', () => {
     await broker.runUntilIdle();
     expect(await waiting.status()).toBe('pending');
     const [wait] = await broker.logs({ lease: waiting.id, type: 'lease.waiting-for-resources' });
-    expect(wait!.message).toMatch(/f is at maxResources \(1\)/);
+    expect(wait!.message).toMatch(/f may build no more than 1 resource \(maxResources\), and none of them takes this lease now/);
     expect(wait!.message).not.toMatch(new RegExp(phantom));
     const stats = await broker.stats();
     expect(stats.blueprints.f).toMatchObject({ live: 0, allocating: 0, deletionLane: 1, destroying: 1 });

@@ -364,7 +364,8 @@ describe('hooks that throw values that are not Errors', () => {
         acquire: reads('activateLease'),
         leases: [['destroyed', reads('activateLease')], ['destroyed', null]],
         resources: [['destroyed', reads('allocateResource')], ['destroyed', null]],
-        failures: ['allocateResource', 'activateLease', 'destroyLease', 'destroyResource'].map((hook) => [hook, hook.startsWith('destroy'), reads(hook, `Hook ${hook} failed: `)]),
+        // The log entry names the hook once: "Hook x failed: <what was thrown>", no "<blueprint>.x failed:" again.
+        failures: ['allocateResource', 'activateLease', 'destroyLease', 'destroyResource'].map((hook) => [hook, hook.startsWith('destroy'), expect.stringMatching(new RegExp(`^Hook ${hook} failed: ${c.readable}`))]),
       };
     }
     expect(observed).toEqual(expected);
@@ -434,7 +435,7 @@ describe('hooks that return malformed data', () => {
       expected[c.title] = {
         acquire: breaksLease ? expect.stringMatching(new RegExp(`^${failure}`)) : 'active',
         resources: c.hook.startsWith('can') && c.hook !== 'canAcquireLease' ? [] : breaksLease ? [['active', null]] : [['destroyed', expect.stringMatching(new RegExp(`^${failure}`))], ['active', null]],
-        failures: [[c.hook, 'HOOK_MALFORMED_RESULT', false, expect.stringMatching(new RegExp(`^Hook ${c.hook} failed: ${failure} \\[HOOK_MALFORMED_RESULT\\]\\.$`))]],
+        failures: [[c.hook, 'HOOK_MALFORMED_RESULT', false, expect.stringMatching(new RegExp(`^Hook ${c.hook} failed: returned .*${c.says} \\[HOOK_MALFORMED_RESULT\\]\\.$`))]],
       };
     }
     expect(observed).toEqual(expected);

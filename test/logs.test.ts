@@ -1,4 +1,5 @@
-import { defineBlueprint, LOG_TYPES, renderLog, type LogDataByType, type LogEntry, type LogType } from '../lib/index.js';
+import { defineBlueprint, LOG_TYPES, renderLog, RetryLater, type LogDataByType, type LogEntry, type LogType } from '../lib/index.js';
+import { localHosts } from '../blueprints/index.js';
 import { fakeBlueprint, type TestBroker } from '../lib/testing/index.js';
 import { guardBrokers, testBroker } from './helpers/broker.js';
 
@@ -11,7 +12,7 @@ const samples: { [T in LogType]: LogDataByType[T] } = {
   'lease.queued': { type: 'host', owner: 'ci', priority: 5 },
   'lease.acquired': { resource: 'res-1', blueprint: 'hosts' },
   'lease.activated': { resource: 'res-1' },
-  'lease.waiting-for-resources': { reasons: ['hosts is at maxResources (1)'], blueprints: ['hosts'] },
+  'lease.waiting-for-resources': { reasons: ['hosts may build no more than 1 resource (maxResources), and none of them takes this lease now'], blueprints: ['hosts'] },
   'lease.allocation-failure': { blueprint: 'hosts', reason: 'quota', attempt: 2, retryAt: '2030-01-01T00:00:02.000Z' },
   'lease.reclaim': { resource: 'res-1', blueprint: 'hosts' },
   'lease.released': { reason: 'done', author: 'me' },
@@ -114,7 +115,7 @@ describe('the logs a flow writes', () => {
     expect(allocating!.resource).toBe(lease.resource.id);
     expect(allocating!.blueprint).toBe(bp.name);
     const [released] = await broker.logs({ resource: lease.resource.id, type: 'resource.released' });
-    expect(released!.message).toMatch(/test over.*tester/);
+    expect(released!.message).toBe('Resource released by tester (test over).');
     expectRendered(await broker.logs());
     await broker.close();
   });
@@ -225,3 +226,190 @@ describe('the logs a flow writes', () => {
     await broker.close();
   });
 });
+
+/** The messages of a broker's log entries of one type, in order. */
+async function messages(broker: TestBroker, type: string, filter: Parameters<TestBroker['logs']>[0] = {}) {
+  return (await broker.logs({ ...filter, type })).map((e) => e.message);
+}
+
+// Issue 10, "Log wording": what first users read in their logs, said once and truly.
+describe('log wording', () => {
+  test('a localHosts lease beyond the slots waits on the full slots, not on "maxResources (1)" alone', async () => {
+    const broker = await testBroker({ blueprints: [localHosts({ name: 'local', config: { slots: 2 } })] });
+    const holders = [broker.acquire({ type: 'host' }), broker.acquire({ type: 'host' })];
+    await broker.runUntilIdle();
+    const leases = await Promise.all(holders);
+    const third = await broker.requestLease({ type: 'host' });
+    await broker.runUntilIdle();
+    const [wait] = await broker.logs({ lease: third.id, type: 'lease.waiting-for-resources' });
+    expect(wait!.message).toBe(
+      'Waiting for resources from local: local is full: none of its resources has room for another lease (at most 2 leases each: maxLeasesPerResource), and it may build no more than 1 resource (maxResources).',
+    );
+    const releasing = [...leases.map((l) => l.release()), third.release()];
+    await broker.runUntilIdle();
+    await Promise.all(releasing);
+    await broker.close();
+  });
+
+  test('a release says who and why once: "Lease released by holder.", "Lease released by ci (job cancelled).", "Lease released."', async () => {
+    const bp = fakeBlueprint({ name: 'f' });
+    const broker = await testBroker({ blueprints: [bp] });
+    const acquired = [broker.acquire({ type: 'fake' }), broker.acquire({ type: 'fake' }), broker.acquire({ type: 'fake' })];
+    await broker.runUntilIdle();
+    const [a, b, c] = await Promise.all(acquired);
+    const released = a!.release();
+    await broker.release(b!.id, { reason: 'job cancelled', author: 'ci' });
+    await broker.release(c!.id);
+    await broker.runUntilIdle();
+    await released;
+    expect(await messages(broker, 'lease.released', { lease: a!.id })).toEqual(['Lease released by holder.']);
+    expect(await messages(broker, 'lease.released', { lease: b!.id })).toEqual(['Lease released by ci (job cancelled).']);
+    expect(await messages(broker, 'lease.released', { lease: c!.id })).toEqual(['Lease released.']);
+    await broker.releaseResource(a!.resource.id);
+    await broker.runUntilIdle();
+    expect(await messages(broker, 'resource.released', { resource: a!.resource.id })).toEqual(['Resource released.']);
+    await broker.close();
+  });
+
+  test('a failed hook is named once: "Hook destroyResource failed: disk busy", not "failed: scratch.destroyResource failed: ..."', async () => {
+    const bp = fakeBlueprint({ name: 'scratch', failures: { destroyResource: { throws: new Error('disk busy'), times: 1 }, activateLease: { throws: new Error('no mount'), times: 1 } } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const broken = await pumpUntilSettled(broker, broker.acquire({ type: 'fake' }));
+    // The broken reason keeps its prefix: it stands alone, without the log entry's hook.
+    expect(broken).toMatchObject({ message: expect.stringMatching(/broke: scratch\.activateLease failed: no mount$/) });
+    const [resource] = await broker.resources.list();
+    await broker.releaseResource(resource!.id);
+    await broker.runUntilIdle();
+    await broker.advance({ seconds: 2 });
+    const failures = await broker.logs({ type: 'hook.failure' });
+    expect(failures.map((f) => [f.data.hook, f.data.error])).toEqual([['activateLease', 'no mount'], ['destroyResource', 'disk busy']]);
+    expect(failures[0]!.message).toBe('Hook activateLease failed: no mount.');
+    expect(failures[1]!.message).toMatch(/^Hook destroyResource failed: disk busy; retry 1 at \S+\.$/);
+    expect((await broker.resources.get(resource!.id))!.status).toBe('destroyed');
+    await broker.close();
+  });
+
+  test('a RetryLater is a retry, not a resume: no "Resuming interrupted" entry, and the fake records resume: false', async () => {
+    const bp = fakeBlueprint({
+      name: 'later',
+      failures: {
+        allocateResource: { throws: () => new RetryLater('quota resets soon', { seconds: 5 }), times: 1 },
+        activateResource: { throws: () => new RetryLater('booting', { seconds: 5 }), times: 1 },
+        activateLease: { throws: () => new RetryLater('mounting', { seconds: 5 }), times: 1 },
+        destroyLease: { throws: new Error('busy'), times: 1 },
+        destroyResource: { throws: () => new RetryLater('still deleting', { seconds: 5 }), times: 1 },
+      },
+    });
+    const broker = await testBroker({ blueprints: [bp] });
+    const acquiring = broker.acquire({ type: 'fake' });
+    await broker.runUntilIdle();
+    for (let i = 0; i < 3; i++) await broker.advance({ seconds: 5 });
+    const lease = await acquiring;
+    const releasing = lease.release();
+    await broker.runUntilIdle();
+    await broker.advance({ seconds: 2 });
+    await releasing;
+    await broker.releaseResource(lease.resource.id);
+    await broker.runUntilIdle();
+    // Its destroy asked to be retried: it still counts as destroying.
+    expect((await broker.stats()).blueprints.later).toMatchObject({ deletionLane: 1, destroying: 1 });
+    await broker.advance({ seconds: 5 });
+    expect((await broker.resources.get(lease.resource.id))!.status).toBe('destroyed');
+
+    expect(await broker.logs({ type: 'resource.resume' })).toEqual([]);
+    const hooks = ['allocateResource', 'activateResource', 'activateLease', 'releaseLease', 'destroyLease', 'destroyResource'];
+    expect(bp.history.filter((h) => hooks.includes(h.hook)).map((h) => `${h.hook} ${h.resume}`)).toEqual([
+      'allocateResource false', 'allocateResource false',
+      'activateResource false', 'activateResource false',
+      'activateLease false', 'activateLease false',
+      'releaseLease false', 'destroyLease false', 'destroyLease false', // releaseLease once, on the first try only
+      'destroyResource false', 'destroyResource false',
+    ]);
+    // A RetryLater of a destroy hook is no failure either.
+    expect(await messages(broker, 'hook.retry-later')).toEqual([
+      expect.stringMatching(/^Hook allocateResource asked to retry later \(quota resets soon\)/),
+      expect.stringMatching(/^Hook activateResource asked to retry later \(booting\)/),
+      expect.stringMatching(/^Hook activateLease asked to retry later \(mounting\)/),
+      expect.stringMatching(/^Hook destroyResource asked to retry later \(still deleting\)/),
+    ]);
+    expect(await messages(broker, 'hook.failure')).toEqual([expect.stringMatching(/^Hook destroyLease failed: busy; retry 1 at/)]);
+    await broker.close();
+  });
+
+  test('`throw RetryLater` (the class, not an instance) fails the hook with a message that says to write `new`', async () => {
+    const bp = fakeBlueprint({ name: 'noNew', failures: { activateResource: { throws: RetryLater, times: 1 } } });
+    const broker = await testBroker({ blueprints: [bp] });
+    const acquiring = broker.acquire({ type: 'fake' });
+    await broker.runUntilIdle();
+    await broker.advance({ seconds: 1 });
+    await acquiring.then((lease) => lease.release({ wait: false }));
+    const [failure] = await broker.logs({ type: 'hook.failure' });
+    expect(failure!.data).toMatchObject({ hook: 'activateResource', code: 'HOOK_MALFORMED_RESULT', retry: false });
+    expect(failure!.message).toBe('Hook activateResource failed: threw the class RetryLater itself, not an instance: write throw new RetryLater(reason, after) [HOOK_MALFORMED_RESULT].');
+    const [broken] = await broker.resources.list({ status: 'destroyed' });
+    expect(broken!.brokenReason).toBe('noNew.activateResource failed: threw the class RetryLater itself, not an instance: write throw new RetryLater(reason, after)');
+    await broker.runUntilIdle();
+    await broker.close();
+  });
+});
+
+// Issue 10: ctx.log writes only what the blueprint declared, and says so when it is not.
+describe('ctx.log', () => {
+  const logging = (log: (ctx: { log: (type: string, data?: any) => Promise<void> }) => Promise<unknown> | unknown) =>
+    defineBlueprint({
+      type: 'logging',
+      logTypes: { 'logging.cloned': (d) => `Cloned ${String(d.repo)} in ${String(d.ms)} ms.` },
+      async allocateResource() {
+        return { attributes: {} };
+      },
+      async activateLease(ctx) {
+        await log(ctx);
+      },
+    });
+
+  async function failureOf(log: Parameters<typeof logging>[0]) {
+    const broker = await testBroker({ blueprints: [logging(log)({ name: 'logging' })] });
+    const error = await pumpUntilSettled(broker, broker.acquire({ type: 'logging' }));
+    const failures = await broker.logs({ type: 'hook.failure' });
+    const rest = (await broker.logs()).filter((e) => e.blueprint === 'logging' && e.type.startsWith('logging.'));
+    await broker.close();
+    return { error, failures: failures.map((f) => f.message), rest: rest.map((e) => e.message) };
+  }
+
+  test('a declared type with JSON data is written and rendered; blueprint.note needs { message }', async () => {
+    const result = await failureOf(async (ctx) => {
+      await ctx.log('logging.cloned', { repo: 'app', ms: 3 });
+      await ctx.log('blueprint.note', { message: 'warm cache' });
+    });
+    expect(result.failures).toEqual([]);
+    expect(result.rest).toEqual(['Cloned app in 3 ms.']);
+  });
+
+  test.each([
+    ['an undeclared type', (ctx: any) => ctx.log('logging.typo', { repo: 'app' }), 'ctx.log: log type "logging.typo" is not declared by blueprint "logging": add a renderer for it to its logTypes (declared: "logging.cloned", "blueprint.note")'],
+    ['a library type', (ctx: any) => ctx.log('lease.activated', { resource: 'forged' }), 'ctx.log: log type "lease.activated" is not declared by blueprint "logging"'],
+    ['data that is a string', (ctx: any) => ctx.log('logging.cloned', 'app in 3 ms'), 'ctx.log: the data of a logging.cloned entry must be a JSON object like { path: \'/tmp/x\' } (got string)'],
+    ['data that is an array', (ctx: any) => ctx.log('logging.cloned', ['app']), 'ctx.log: the data of a logging.cloned entry must be a JSON object like { path: \'/tmp/x\' } (got array)'],
+    ['data that is not JSON', (ctx: any) => ctx.log('logging.cloned', { at: new Date(0) }), 'ctx.log data of logging.cloned.at: is not JSON: a Date instance'],
+    ['a note without a message', (ctx: any) => ctx.log('blueprint.note', { text: 'hi' }), 'ctx.log: a blueprint.note entry needs data { message: string }'],
+    // Not awaited: the refusal is thrown at once, so it still fails the hook instead of vanishing.
+    ['an undeclared type, not awaited', (ctx: any) => void ctx.log('logging.typo'), 'ctx.log: log type "logging.typo" is not declared'],
+  ])('%s is refused: the hook fails with a ValidationError that its hook.failure log names', async (_what, log, says) => {
+    const { error, failures, rest } = await failureOf(log);
+    expect(failures).toEqual([expect.stringContaining(`Hook activateLease failed: ${says}`)]);
+    expect(failures[0]).toMatch(/\[INVALID_INPUT\]\.$/);
+    expect((error as Error).message).toContain(`logging.activateLease failed: ${says}`);
+    expect(rest).toEqual([]);
+  });
+});
+
+/** Runs the workers (and the clock, a second at a time) until `promise` settles; resolves with its value or its error. */
+async function pumpUntilSettled<T>(broker: TestBroker, promise: Promise<T>): Promise<T | unknown> {
+  let settled = false;
+  const result = promise.then((v) => v, (e: unknown) => e).finally(() => (settled = true));
+  for (let i = 0; i < 20 && !settled; i++) {
+    await broker.runUntilIdle();
+    if (!settled) await broker.advance({ seconds: 1 });
+  }
+  return result;
+}

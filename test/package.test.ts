@@ -167,15 +167,8 @@ describeEmbedded('the packed package', () => {
   });
 });
 
-// The two run at once: each is mostly a child process.
-describeEmbedded('a TypeScript consumer of the package', () => {
-  test.concurrent('compiles the README samples and a type probe with skipLibCheck: false (no TS7016; DateTime is not any), and the compiled first sample runs', async () => {
-    const src = join(consumer, 'src');
-    mkdirSync(src, { recursive: true });
-    for (const file of readdirSync(join(repoRoot, 'examples/readme'))) cpSync(join(repoRoot, 'examples/readme', file), join(src, file));
-    writeFileSync(
-      join(src, 'types-probe.ts'),
-      `import type { LeaseRecord, Lease } from 'slipway';
+/** A type probe: luxon's types are there (not any), whoever installed them. */
+const TYPES_PROBE = `import type { LeaseRecord, Lease } from 'slipway';
 type IsAny<T> = 0 extends 1 & T ? true : false;
 declare const record: LeaseRecord;
 declare const lease: Lease;
@@ -185,33 +178,65 @@ const expiresAtIsAny: IsAny<NonNullable<Lease['expiresAt']>> = false;
 const millis: number = record.createdAt;
 const iso: string | null = record.createdAt.toISO();
 export { createdAtIsAny, expiresAtIsAny, millis, iso, lease };
-`,
-    );
-    writeFileSync(
-      join(consumer, 'tsconfig.json'),
-      JSON.stringify(
-        {
-          compilerOptions: {
-            target: 'ES2022',
-            lib: ['ES2023', 'ESNext.Disposable'],
-            module: 'NodeNext',
-            moduleResolution: 'NodeNext',
-            strict: true,
-            skipLibCheck: false,
-            types: ['node'],
-            outDir: 'out',
-          },
-          include: ['src'],
+`;
+
+/**
+ * Copies the README samples and the type probe into `project/src` and runs tsc there, strict and
+ * with skipLibCheck false. examples/readme/typed-attributes.ts holds `@ts-expect-error`
+ * lines, which tsc reports as unused if the lease attributes ever stop being typed.
+ */
+async function compileSamples(project: string): Promise<void> {
+  const src = join(project, 'src');
+  mkdirSync(src, { recursive: true });
+  for (const file of readdirSync(join(repoRoot, 'examples/readme'))) cpSync(join(repoRoot, 'examples/readme', file), join(src, file));
+  expect(readFileSync(join(src, 'typed-attributes.ts'), 'utf8')).toMatch(/@ts-expect-error[^\n]*\n[^\n]*lease\.attributes\.slot/);
+  writeFileSync(join(src, 'types-probe.ts'), TYPES_PROBE);
+  writeFileSync(
+    join(project, 'tsconfig.json'),
+    JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'ES2022',
+          lib: ['ES2023', 'ESNext.Disposable'],
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          skipLibCheck: false,
+          types: ['node'],
+          outDir: 'out',
         },
-        null,
-        2,
-      ),
-    );
-    const tsc = await sh(process.execPath, [join(consumer, 'node_modules/typescript/bin/tsc'), '-p', '.'], consumer).catch((e: Error) => e);
-    expect(tsc instanceof Error ? tsc.message : '').toBe('');
-    expect(readmeSamples(readFileSync(join(repoRoot, 'README.md'), 'utf8')).samples.map((s) => s.file)).toContain('examples/readme/use.ts');
+        include: ['src'],
+      },
+      null,
+      2,
+    ),
+  );
+  const tsc = await sh(process.execPath, [join(repoModules, 'typescript/bin/tsc'), '-p', '.'], project).catch((e: Error) => e);
+  expect(tsc instanceof Error ? tsc.message : '').toBe('');
+}
+
+// The three run at once: each is mostly a child process.
+describeEmbedded('a TypeScript consumer of the package', () => {
+  test.concurrent('compiles the README samples, typed attributes included, and a type probe with skipLibCheck: false (no TS7016; DateTime is not any), and the compiled first sample runs', async () => {
+    await compileSamples(consumer);
+    expect(readmeSamples(readFileSync(join(repoRoot, 'README.md'), 'utf8')).samples.map((s) => s.file)).toEqual(expect.arrayContaining(['examples/readme/use.ts', 'examples/readme/typed-attributes.ts']));
     const { stdout } = await sh(process.execPath, ['out/use.js'], consumer);
     expect(stdout).toMatch(/^0 git version/);
+  }, 180_000);
+
+  test.concurrent('compiles the same without @types/luxon among its own packages: slipway\'s dependencies nested under it, as pnpm lays them out', async () => {
+    // Only slipway and what any Node TypeScript project has at the top; luxon and its
+    // types are slipway's own business, reachable from its files only.
+    const project = join(work, 'strict-consumer');
+    const slipway = join(project, 'node_modules', 'slipway');
+    mkdirSync(slipway, { recursive: true });
+    await sh('tar', ['xzf', join(work, pack.filename), '-C', slipway, '--strip-components=1'], work);
+    for (const name of Object.keys(packageJson.dependencies)) link(join(slipway, 'node_modules'), name);
+    link(join(project, 'node_modules'), '@types/node');
+    writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'strict-consumer', private: true, type: 'module', dependencies: { slipway: '*' } }, null, 2));
+    expect(existsSync(join(project, 'node_modules/@types/luxon'))).toBe(false);
+    expect(existsSync(join(project, 'node_modules/luxon'))).toBe(false);
+    await compileSamples(project);
   }, 180_000);
 
   test.concurrent('the jest example runs twice with the README jest config verbatim, matching its inline snapshot each time', async () => {

@@ -32,7 +32,7 @@ export interface HookContext<Config> {
   signal: AbortSignal;
   /** True when this hook already ran for this object and its outcome was never recorded (a crash or a close). Hooks must then be idempotent. */
   resume: boolean;
-  /** Writes a log entry about this object, rendered by `logTypes[type]` of the blueprint, or as `message` for the built-in `blueprint.note`. */
+  /** Writes a log entry about this object, rendered by `logTypes[type]` of the blueprint, or as `message` for the built-in `blueprint.note`. Throws a ValidationError at once for an undeclared type or data that is not a JSON object. */
   log(type: string, data?: JsonObject): Promise<void>;
 }
 

@@ -410,8 +410,21 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
   }
   if (result === 'allocated') crashPoint('allocate.recorded');
   if (result === 'rate-limited') reasons.list.push(`${blueprint.name} is at its allocation limit`);
-  if (result === 'full') reasons.list.push(`${blueprint.name} is at maxResources (${blueprint.limits.maxResources})`);
+  if (result === 'full') reasons.list.push(noRoom(blueprint));
   return result;
+}
+
+/**
+ * Why a blueprint at its `maxResources` cannot serve the lease: with `maxLeasesPerResource`
+ * (as `localHosts` sets it to its `slots`), its resources are full, and that limit is what
+ * the reader knows; the allocator skipped them without asking.
+ */
+function noRoom(blueprint: Blueprint<any, any, any>): string {
+  const { maxResources, maxLeasesPerResource } = blueprint.limits;
+  const resources = `${maxResources} resource${maxResources === 1 ? '' : 's'}`;
+  if (maxLeasesPerResource === null) return `${blueprint.name} may build no more than ${resources} (maxResources), and none of them takes this lease now`;
+  const leases = `${maxLeasesPerResource} lease${maxLeasesPerResource === 1 ? '' : 's'}`;
+  return `${blueprint.name} is full: none of its resources has room for another lease (at most ${leases} each: maxLeasesPerResource), and it may build no more than ${resources} (maxResources)`;
 }
 
 function earliest(a: DateTime | undefined, b: DateTime): DateTime {

@@ -5,6 +5,7 @@ import { HookError } from '../errors/hook-error.js';
 import { HookTimeoutError } from '../errors/hook-timeout-error.js';
 import { hookCrashPoint } from './crash-points.js';
 import { RetryLater } from '../errors/retry-later.js';
+import { ValidationError } from '../errors/validation-error.js';
 import { assertJson, type JsonObject } from '../model/spec.js';
 import { isPlainObject } from '../values.js';
 import type { LeaseRow, LogInsert, ResourceRow } from '../store/store.js';
@@ -57,10 +58,29 @@ export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, an
       const delay = thrown.after ?? backoffDelay(rt, attempt);
       return { ok: false, kind: 'retry', at: rt.clock.now().plus(delay), reason: thrown.message };
     }
+    const errorClass = thrownClass(thrown);
+    if (errorClass) {
+      const args = errorClass === 'RetryLater' ? 'reason, after' : 'message';
+      return { ok: false, kind: 'failed', error: new HookError(blueprint.name, hook, new MalformedHookResult(`threw the class ${errorClass} itself, not an instance: write throw new ${errorClass}(${args})`)) };
+    }
     return { ok: false, kind: 'failed', error: new HookError(blueprint.name, hook, thrown) };
   } finally {
     cancel?.();
   }
+}
+
+/**
+ * The name of an error class thrown as it is (`throw RetryLater` instead of `throw new
+ * RetryLater(...)`), or null. That is a mistake to name, not a value to describe: it would
+ * read as `[class RetryLater extends SlipwayError]`, and break the object with no hint why.
+ */
+export function thrownClass(thrown: unknown): string | null {
+  try {
+    if (typeof thrown === 'function' && (thrown === Error || thrown.prototype instanceof Error)) return thrown.name || 'Error';
+  } catch {
+    // a revoked Proxy, or a prototype getter that throws: not a class of ours to name
+  }
+  return null;
 }
 
 /** `instanceof` that a hostile thrown value cannot make throw (a revoked Proxy throws on every prototype lookup). */
@@ -78,7 +98,7 @@ const OUTCOMES = new Set(['allocateResource', 'activateResource', 'acquireLease'
 /** A hook's return value must have its documented shape; anything else is the hook's failure, not the broker's. */
 function checkReturned(hook: string, value: unknown) {
   const bad = (what: string) => {
-    throw new MalformedHookResult(what);
+    throw new MalformedHookResult(`returned ${what}`);
   };
   if (value === undefined || value === null) return;
   if (QUESTIONS.has(hook)) {
@@ -102,16 +122,17 @@ function checkReturned(hook: string, value: unknown) {
 }
 
 function describeType(value: unknown): string {
+  if (value === null) return 'null';
   if (Array.isArray(value)) return 'array';
   if (typeof value === 'object') return (value as object).constructor?.name ?? 'object';
   return typeof value;
 }
 
-/** What a hook returned does not have the shape its contract gives. */
+/** What a hook returned (or threw: an error class, not an instance) does not have the shape its contract gives. */
 export class MalformedHookResult extends Error {
   readonly code = 'HOOK_MALFORMED_RESULT';
-  constructor(what: string) {
-    super(`returned ${what}`);
+  constructor(message: string) {
+    super(message);
     this.name = 'MalformedHookResult';
   }
 }
@@ -127,25 +148,56 @@ export function errorCode(error: HookError): string | null {
 
 /** The `hook.failure` entry of a hook that failed for good (no retry). */
 export function hookFailureLog(error: HookError, target: { lease?: string; resource?: string }): LogInsert<'hook.failure'> {
-  return { type: 'hook.failure', data: { hook: error.hook, error: error.message, code: errorCode(error), retry: false }, blueprint: error.blueprint, ...target };
+  return { type: 'hook.failure', data: { hook: error.hook, error: error.reason, code: errorCode(error), retry: false }, blueprint: error.blueprint, ...target };
 }
 
 /**
- * A destroy hook that did not succeed (it threw, timed out or asked to retry): logged as
- * a `hook.failure` to be retried, and retried at its `RetryLater` time or after the
- * broker's capped backoff for this attempt. A destroy is never given up on.
+ * The phase an object records once the outcome of its hook was a retry (a RetryLater, or a
+ * destroy hook's failure): the hook's intent was seen through, so its next call is no
+ * resume. `ctx.resume` is true only after a call whose outcome was never recorded (a crash,
+ * a close, a suspension for a child lease, a result whose slot locks could not be taken).
+ */
+export const retryPhase = (phase: 'allocate' | 'activate' | 'destroy') => `${phase}:retry` as const;
+
+/** Whether the object's destroy phase has begun (its first hook was called), with or without a recorded retry. */
+export const inDestroyPhase = (phase: string | null) => phase === 'destroy' || phase === retryPhase('destroy');
+
+/**
+ * The log entry of a destroy hook (`destroyLease`, `destroyResource`) that is tried again at
+ * `retryAt`: `hook.retry-later` when it asked to be, else `hook.failure` with the retry.
+ */
+export function destroyRetryLog(
+  result: Exclude<HookResult<unknown>, { ok: true }>,
+  hook: string,
+  retryAt: DateTime,
+  attempt: number,
+  target: { lease?: string; resource: string; blueprint: string },
+): LogInsert<'hook.failure'> | LogInsert<'hook.retry-later'> {
+  if (result.kind === 'retry') return { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: retryAt.toISO()! }, ...target };
+  const error = result.kind === 'failed' ? result.error.reason : `waiting for child lease ${result.childId}`;
+  const code = result.kind === 'failed' ? errorCode(result.error) : null;
+  return { type: 'hook.failure', data: { hook, error, code, retry: true, attempt, retryAt: retryAt.toISO() }, ...target };
+}
+
+/**
+ * A destroy hook that did not succeed (it threw, timed out or asked to retry): logged
+ * (`destroyRetryLog`), its outcome recorded so that the next call is a new try and not a
+ * resume, and retried at its `RetryLater` time or after the broker's capped backoff for
+ * this attempt. A destroy is never given up on.
  */
 export async function retryDestroy(
   rt: Runtime,
   hook: 'destroyLease' | 'destroyResource',
   failure: Exclude<HookResult<unknown>, { ok: true }>,
   attempt: number,
+  object: { kind: 'lease' | 'resource'; id: string; status: string },
   target: { lease?: string; resource: string; blueprint: string },
 ): Promise<Outcome> {
   const retryAt = failure.kind === 'retry' ? failure.at : rt.clock.now().plus(backoffDelay(rt, attempt));
-  const error = failure.kind === 'failed' ? failure.error.message : failure.kind === 'retry' ? failure.reason : 'waiting';
-  const code = failure.kind === 'failed' ? errorCode(failure.error) : null;
-  await rt.store.single((u) => rt.store.log(u, { type: 'hook.failure', data: { hook, error, code, retry: true, attempt, retryAt: retryAt.toISO() }, ...target }));
+  await rt.store.unit(async (u) => {
+    await rt.store.log(u, destroyRetryLog(failure, hook, retryAt, attempt, target));
+    await rt.store.update(u, object.kind, object.id, object.status, { phase: retryPhase('destroy') });
+  });
   return at(retryAt, attempt);
 }
 
@@ -167,8 +219,32 @@ export function baseContext(rt: Runtime, blueprint: Blueprint<any, any, any>, ta
     clock: rt.clock,
     signal: rt.signal,
     resume,
-    log: async (type: string, data: JsonObject = {}) => {
-      await rt.store.single((u) => rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null }));
+    // Not async: a refused call throws at once, so it fails the hook (and reaches its
+    // hook.failure log) even when the hook does not await it.
+    log: (type: string, data: JsonObject = {}): Promise<void> => {
+      checkLogCall(blueprint, type, data);
+      return rt.store.single(async (u) => {
+        await rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null });
+      });
     },
   };
+}
+
+/**
+ * `ctx.log(type, data)` writes only what can be rendered: a type the blueprint declares in
+ * `logTypes` (or the built-in `blueprint.note`, whose data is `{ message }`), with data
+ * that is a JSON object. Anything else is a ValidationError on `ctx.log`.
+ */
+function checkLogCall(blueprint: Blueprint<any, any, any>, type: unknown, data: unknown): void {
+  const declared = blueprint.implementation.logTypes ?? {};
+  if (typeof type !== 'string' || !(type === 'blueprint.note' || Object.hasOwn(declared, type))) {
+    const known = [...Object.keys(declared), 'blueprint.note'].map((t) => JSON.stringify(t)).join(', ');
+    throw new ValidationError(
+      'ctx.log',
+      `log type ${typeof type === 'string' ? JSON.stringify(type) : `of type ${typeof type}`} is not declared by blueprint "${blueprint.name}": add a renderer for it to its logTypes (declared: ${known})`,
+    );
+  }
+  if (!isPlainObject(data)) throw new ValidationError('ctx.log', `the data of a ${type} entry must be a JSON object like { path: '/tmp/x' } (got ${describeType(data)})`);
+  assertJson(data, `ctx.log data of ${type}`);
+  if (type === 'blueprint.note' && typeof data.message !== 'string') throw new ValidationError('ctx.log', "a blueprint.note entry needs data { message: string }");
 }

@@ -4,7 +4,7 @@ import type { LeaseRow, ResourceRow } from '../store/store.js';
 import { humanDuration, toDb } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
-import { baseContext, callHook, hookFailureLog, leaseView, resourceView, retryDestroy } from './hooks.js';
+import { baseContext, callHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
 import { at, DELETE, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
@@ -143,7 +143,11 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
   const result = await callHook<{ attributes?: object } | undefined>(rt, blueprint, 'activateLease', leaseOnResourceContext(rt, blueprint, lease, resource, resume), undefined, attempt);
   if (!result.ok) {
     if (result.kind === 'retry') {
-      await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook: 'activateLease', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id, blueprint: blueprint.name }));
+      await store.unit(async (u) => {
+        await store.log(u, { type: 'hook.retry-later', data: { hook: 'activateLease', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id, blueprint: blueprint.name });
+        // Its outcome is recorded: the next call is a new try, not a resume.
+        await store.update(u, 'lease', lease.id, 'acquired', { phase: retryPhase('activate') });
+      });
       return at(result.at);
     }
     if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
@@ -186,9 +190,11 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     // A release recorded the intent to destroy with its own CAS; a later pass finds it.
     const fresh = claim.intent === 'destroy' && lease.phase === 'destroy';
     claim.intent = undefined;
-    const firstTry = fresh || lease.phase !== 'destroy';
+    // releaseLease runs once, on the first try of the destroy phase; a resume is a try after one whose outcome was never recorded.
+    const firstTry = fresh || !inDestroyPhase(lease.phase);
+    const resume = !fresh && lease.phase === 'destroy';
     if (!fresh) await store.single((u) => store.update(u, 'lease', lease.id, lease.status, { phase: 'destroy', phase_attempts: lease.phaseAttempts + 1 }));
-    const ctx = leaseOnResourceContext(rt, blueprint, lease, resource, !firstTry);
+    const ctx = leaseOnResourceContext(rt, blueprint, lease, resource, resume);
     if (firstTry && lease.status === 'released') {
       const released = await callHook(rt, blueprint, 'releaseLease', ctx, undefined);
       if (!released.ok && released.kind === 'failed') {
@@ -197,7 +203,7 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     }
     const attempt = claim.attempts + 1;
     const destroyed = await callHook(rt, blueprint, 'destroyLease', ctx, undefined, attempt);
-    if (!destroyed.ok) return retryDestroy(rt, 'destroyLease', destroyed, attempt, { lease: lease.id, resource: resource.id, blueprint: blueprint.name });
+    if (!destroyed.ok) return retryDestroy(rt, 'destroyLease', destroyed, attempt, { kind: 'lease', id: lease.id, status: lease.status }, { lease: lease.id, resource: resource.id, blueprint: blueprint.name });
   }
   await store.unit(async (u) => {
     // One statement: the lease is destroyed, its slot locks go, a reservation it held goes

@@ -7,7 +7,7 @@ import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } f
 import { mapLease, type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
 import { toDb } from '../time.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
-import { baseContext, callHook, hookFailureLog, leaseView, resourceView, retryDestroy, WaitingForChild } from './hooks.js';
+import { baseContext, callHook, hookFailureLog, leaseView, resourceView, retryDestroy, retryPhase, WaitingForChild } from './hooks.js';
 import { at, backoffDelay, blueprintsForType, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
 
 export interface ResourceClaim {
@@ -96,7 +96,11 @@ async function runBuildHook(
   if (!result.ok) {
     if (result.kind === 'child') return PARK;
     if (result.kind === 'retry') {
-      await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: result.at.toISO()! }, resource: resource.id, blueprint: blueprint.name }));
+      await store.unit(async (u) => {
+        await store.log(u, { type: 'hook.retry-later', data: { hook, reason: result.reason, retryAt: result.at.toISO()! }, resource: resource.id, blueprint: blueprint.name });
+        // Its outcome is recorded: the next call is a new try, not a resume.
+        await store.update(u, 'resource', resource.id, 'pending', { phase: retryPhase(phase) });
+      });
       return at(result.at, claim.attempts + 1);
     }
     await store.unit(async (u) => {
@@ -264,7 +268,7 @@ async function destroy(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<
   const attempt = claim.attempts + 1;
   const ctx = { ...baseContext(rt, blueprint, { resource: resource.id }, resume), resource: resourceView(resource) };
   const result = await callHook(rt, blueprint, 'destroyResource', ctx, undefined, attempt);
-  if (!result.ok) return retryDestroy(rt, 'destroyResource', result, attempt, { resource: resource.id, blueprint: blueprint.name });
+  if (!result.ok) return retryDestroy(rt, 'destroyResource', result, attempt, { kind: 'resource', id: resource.id, status: resource.status }, { resource: resource.id, blueprint: blueprint.name });
   await store.unit(async (u) => {
     await store.casResource(u, resource.id, resource.status, 'destroyed', { phase: null, phase_attempts: 0 }, {
       logs: [{ type: 'resource.destroyed', data: {}, resource: resource.id, blueprint: blueprint.name }],

@@ -1,14 +1,21 @@
 import { inspect } from 'node:util';
 import { SlipwayError } from './slipway-error.js';
 
-/** Wraps whatever a blueprint hook threw (an Error or not), naming the hook and blueprint. */
+/**
+ * Wraps whatever a blueprint hook threw (an Error or not), naming the hook and blueprint:
+ * the message is `<blueprint>.<hook> failed: <reason>`, what a broken object's reason says.
+ */
 export class HookError extends SlipwayError {
   readonly hook: string;
   readonly blueprint: string;
+  /** What was thrown, described: the message without the `<blueprint>.<hook> failed: ` prefix (a `hook.failure` log's `error`). */
+  readonly reason: string;
   constructor(blueprint: string, hook: string, thrown: unknown) {
-    super('HOOK_FAILED', `${blueprint}.${hook} failed: ${describeThrown(thrown)}`, { cause: thrown });
+    const reason = describeThrown(thrown);
+    super('HOOK_FAILED', `${blueprint}.${hook} failed: ${reason}`, { cause: thrown });
     this.hook = hook;
     this.blueprint = blueprint;
+    this.reason = reason;
   }
 }
 

@@ -34,6 +34,11 @@ export interface LogDataByType {
 
 export type LogType = keyof LogDataByType;
 
+/** ` by ci (job cancelled)`: who released it and why; `released`, the reason of a release that gave none, says nothing more. */
+function releasedBy(d: { reason: string; author: string | null }): string {
+  return `${d.author ? ` by ${d.author}` : ''}${d.reason && d.reason !== 'released' ? ` (${d.reason})` : ''}`;
+}
+
 const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'lease.queued': (d) => `Lease queued for type "${d.type}"${d.owner ? ` by ${d.owner}` : ''}${d.priority ? ` at priority ${d.priority}` : ''}.`,
   'lease.acquired': (d) => `Lease acquired on resource ${d.resource} (blueprint ${d.blueprint}).`,
@@ -41,7 +46,7 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'lease.waiting-for-resources': (d) => `Waiting for resources from ${d.blueprints.join(', ') || 'no blueprint'}: ${d.reasons.join('; ')}.`,
   'lease.allocation-failure': (d) => `Allocation ${d.attempt ?? ''} through ${d.blueprint} failed: ${d.reason}${d.retryAt ? `; next allocation not before ${d.retryAt}` : '; giving up'}.`,
   'lease.reclaim': (d) => `Reclaiming idle resource ${d.resource} of ${d.blueprint} to make room.`,
-  'lease.released': (d) => `Lease released (${d.reason}${d.author ? `, by ${d.author}` : ''}).`,
+  'lease.released': (d) => `Lease released${releasedBy(d)}.`,
   'lease.expired': (d) => `Lease expired at ${d.at}.`,
   'lease.timeout': (d) => `Lease was not active within ${d.timeout}; released.`,
   'lease.broken': (d) => `Lease broke: ${d.reason}.`,
@@ -51,7 +56,7 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'resource.allocating': (d) => `Allocating a new resource${d.lease ? ` for lease ${d.lease}` : ''}.`,
   'resource.allocated': () => 'Resource allocated.',
   'resource.activated': () => 'Resource is active.',
-  'resource.released': (d) => `Resource released (${d.reason}${d.author ? `, by ${d.author}` : ''}).`,
+  'resource.released': (d) => `Resource released${releasedBy(d)}.`,
   'resource.reclaimed': (d) => `Idle resource reclaimed${d.lease ? ` for lease ${d.lease}` : ''}.`,
   'resource.broken': (d) => `Resource broke: ${d.reason}.`,
   'resource.destroyed': () => 'Resource destroyed.',

@@ -1,4 +1,5 @@
 import { Duration, type DateTime } from 'luxon';
+import type { Blueprint } from '../blueprint/contract.js';
 import { BLUEPRINT_NAME, describeValue, isPlainObject } from '../values.js';
 import { AbortError } from '../errors/abort-error.js';
 import { ValidationError } from '../errors/validation-error.js';
@@ -13,8 +14,13 @@ export interface LeaseSpec<LeaseAttrs extends JsonObject = JsonObject> {
   type: string;
   /** What blueprints match on (a repository and commit, a host class). Must be JSON. @defaultValue `{}` */
   attributes?: LeaseAttrs;
-  /** Names of the blueprints allowed to serve this lease. @defaultValue every blueprint of the type */
-  blueprints?: string[];
+  /**
+   * The blueprints allowed to serve this lease, by name or as the blueprint objects the
+   * broker was created with. Given as objects only, they type the lease: `acquire()`
+   * resolves to a lease whose `attributes` and `resource.attributes` carry the attribute
+   * types those blueprints declare. @defaultValue every blueprint of the type
+   */
+  blueprints?: ReadonlyArray<string | Blueprint<any, any, any>>;
   /** Who holds the lease, for queries and logs. */
   owner?: string;
   /** The lease expires this long after it is requested. */
@@ -33,6 +39,8 @@ export interface NormalizedSpec {
   type: string;
   attributes: JsonObject;
   blueprints: string[] | null;
+  /** The blueprints `spec.blueprints` gave as objects, by name: each must be the one the broker has under that name. */
+  blueprintObjects: ReadonlyMap<string, object>;
   owner: string | null;
   ttl: Duration | null;
   until: DateTime | null;
@@ -64,14 +72,23 @@ export function normalizeSpec(spec: unknown, options: { now?: DateTime } = {}): 
   if (attributes === null || typeof attributes !== 'object' || Array.isArray(attributes)) throw new ValidationError('spec.attributes', 'must be a JSON object');
   assertJson(attributes, 'spec.attributes');
   let blueprints: string[] | null = null;
+  const blueprintObjects = new Map<string, object>();
   if (s.blueprints !== undefined) {
-    if (!Array.isArray(s.blueprints) || s.blueprints.length === 0) throw new ValidationError('spec.blueprints', 'must be a non-empty array of blueprint names');
+    if (!Array.isArray(s.blueprints) || s.blueprints.length === 0) throw new ValidationError('spec.blueprints', 'must be a non-empty array of blueprint names or blueprints');
+    blueprints = [];
     // An index loop, not every(): every() skips the holes of a sparse array.
     for (let i = 0; i < s.blueprints.length; i++) {
-      const name: unknown = s.blueprints[i];
-      if (typeof name !== 'string' || !BLUEPRINT_NAME.test(name)) throw new ValidationError(`spec.blueprints[${i}]`, `must be a blueprint name matching ${BLUEPRINT_NAME} (got ${describeValue(name)})`);
+      const given: unknown = s.blueprints[i];
+      const name: unknown = isBlueprintObject(given) ? given.name : given;
+      if (typeof name !== 'string' || !BLUEPRINT_NAME.test(name)) {
+        throw new ValidationError(`spec.blueprints[${i}]`, `must be a blueprint name matching ${BLUEPRINT_NAME}, or a blueprint (got ${describeValue(given)})`);
+      }
+      if (isBlueprintObject(given)) {
+        if (blueprintObjects.has(name) && blueprintObjects.get(name) !== given) throw new ValidationError(`spec.blueprints[${i}]`, `two different blueprints are named "${name}"`);
+        blueprintObjects.set(name, given);
+      }
+      blueprints.push(name);
     }
-    blueprints = [...s.blueprints];
   }
   if (s.owner !== undefined && (typeof s.owner !== 'string' || s.owner === '')) throw new ValidationError('spec.owner', 'must be a non-empty string');
   if (s.owner !== undefined) assertText(s.owner as string, 'spec.owner');
@@ -92,6 +109,7 @@ export function normalizeSpec(spec: unknown, options: { now?: DateTime } = {}): 
     type: s.type,
     attributes: attributes as JsonObject,
     blueprints,
+    blueprintObjects,
     owner: (s.owner as string | undefined) ?? null,
     ttl,
     until,
@@ -99,6 +117,11 @@ export function normalizeSpec(spec: unknown, options: { now?: DateTime } = {}): 
     priority: (s.priority as number | undefined) ?? 0,
     signal: s.signal as AbortSignal | undefined,
   };
+}
+
+/** A configured blueprint, as a factory of `defineBlueprint` returns it (not a name). */
+function isBlueprintObject(value: unknown): value is { name: unknown } {
+  return value !== null && typeof value === 'object' && 'implementation' in value && 'name' in value;
 }
 
 /** A duration longer than zero and at most MAX_SPEC_DURATION. */

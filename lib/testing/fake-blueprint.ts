@@ -4,6 +4,7 @@ import { defineBlueprint } from '../blueprint/define-blueprint.js';
 import type { Blueprint, BlueprintImplementation, BlueprintLimits, CommandInterface, CommandOptions, CommandResult } from '../blueprint/contract.js';
 import { AbortError } from '../errors/abort-error.js';
 import { ValidationError } from '../errors/validation-error.js';
+import { thrownClass } from '../engine/hooks.js';
 import type { JsonObject } from '../model/spec.js';
 
 export type FakeHook =
@@ -18,7 +19,11 @@ export type FakeHook =
   | 'destroyLease'
   | 'destroyResource';
 
-/** What a hook does instead of succeeding: throw this value (an Error, RetryLater, anything), a given number of times or always. */
+/**
+ * What a hook does instead of succeeding: throw this value (an Error, `new RetryLater(...)`,
+ * anything), a given number of times or always. A function is called for the value to
+ * throw, except an error class, which is thrown as it is (as `throw RetryLater` would be).
+ */
 export interface FakeFailure {
   throws: unknown | (() => unknown);
   /** How many calls fail before the hook succeeds again. @defaultValue Infinity */
@@ -132,7 +137,8 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
     const failure = failures[hook];
     if (failure && failure.left > 0) {
       failure.left--;
-      throw typeof failure.throws === 'function' ? (failure.throws as () => unknown)() : failure.throws;
+      // An error class (`throws: RetryLater`) is thrown as it is, as a hook that forgot `new` would: it cannot be called.
+      throw typeof failure.throws === 'function' && !thrownClass(failure.throws) ? (failure.throws as () => unknown)() : failure.throws;
     }
   }
 
