@@ -50,7 +50,7 @@
  * scenario that passes); it prints fast-check's seed and path, the scenario, and a
  * command that runs the scenario again.
  *
- * Environment: SLIPWAY_MODEL_REAL_RUNS (default 20), SLIPWAY_MODEL_REAL_STEPS (default 15),
+ * Environment: SLIPWAY_MODEL_REAL_RUNS (default 8; 20 with SLIPWAY_TEST_LONG=1, as CI runs it), SLIPWAY_MODEL_REAL_STEPS (default 15),
  * SLIPWAY_MODEL_REAL_SEED and SLIPWAY_MODEL_REAL_PATH (replay fast-check's case),
  * SLIPWAY_MODEL_REAL_SCENARIO (one scenario as JSON, as printed), SLIPWAY_MODEL_REAL_VERBOSE=1
  * (the steps and timings on stderr), SLIPWAY_MODEL_REAL_SHRINK=1.
@@ -62,12 +62,12 @@ import { internals, type BrokerOptions } from '../lib/broker.js';
 import { toDb } from '../lib/time.js';
 import { guardBrokers, realBroker } from './helpers/broker.js';
 import { CONCURRENCY, envInt, envSeed, ModelHarness, removeDataDirs, RESOURCE_HOOKS, scenarioOf, type Config, type FaultKind, type FaultRecord, type Hook, type Scenario, type Snapshot } from './helpers/model.js';
-import { tier } from './helpers/tier.js';
+import { longRuns, tier } from './helpers/tier.js';
 
 guardBrokers();
 afterAll(removeDataDirs);
 
-const RUNS = envInt('SLIPWAY_MODEL_REAL_RUNS', 20);
+const RUNS = envInt('SLIPWAY_MODEL_REAL_RUNS', longRuns ? 20 : 8);
 const STEPS = envInt('SLIPWAY_MODEL_REAL_STEPS', 15);
 const SEED = envSeed('SLIPWAY_MODEL_REAL_SEED');
 const PATH = process.env.SLIPWAY_MODEL_REAL_PATH || undefined;

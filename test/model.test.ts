@@ -69,7 +69,8 @@
  *   interleave by timing (on Postgres also across pooled connections), so a replay is
  *   likely but not certain to take the same path.
  *
- * Environment: SLIPWAY_MODEL_RUNS (default 200 embedded, 100 postgres), SLIPWAY_MODEL_STEPS
+ * Environment: SLIPWAY_MODEL_RUNS (default 50 embedded, 25 postgres; with SLIPWAY_TEST_LONG=1,
+ * as CI runs it, 200 and 100), SLIPWAY_MODEL_STEPS
  * (default 40), SLIPWAY_MODEL_SEED and SLIPWAY_MODEL_PATH to replay the failure that
  * fast-check reports ("seed: ..., path: ..."); with a path, only that case runs.
  * SLIPWAY_MODEL_SCENARIO runs one scenario given as JSON (a counterexample as printed);
@@ -100,11 +101,11 @@ import { ManualClock, type TestBroker } from '../lib/testing/index.js';
 import { toDb } from '../lib/time.js';
 import { guardBrokers, testBroker } from './helpers/broker.js';
 import { CONCURRENCY, envInt, ModelHarness, removeDataDirs, scenarioOf, type Config, type FaultRecord, type Scenario } from './helpers/model.js';
-import { tier } from './helpers/tier.js';
+import { longRuns, tier } from './helpers/tier.js';
 
 guardBrokers();
 
-const RUNS = envInt('SLIPWAY_MODEL_RUNS', tier === 'postgres' ? 100 : 200);
+const RUNS = envInt('SLIPWAY_MODEL_RUNS', longRuns ? (tier === 'postgres' ? 100 : 200) : tier === 'postgres' ? 25 : 50);
 const STEPS = envInt('SLIPWAY_MODEL_STEPS', 40);
 const SEED = (() => {
   const raw = process.env.SLIPWAY_MODEL_SEED;

@@ -12,6 +12,13 @@ export const tier: 'embedded' | 'postgres' = process.env.SLIPWAY_TEST_TIER === '
 export const tierUrl: string | undefined = tier === 'postgres' ? process.env.SLIPWAY_TEST_DATABASE_URL : undefined;
 if (tier === 'postgres' && !tierUrl) throw new Error('SLIPWAY_TEST_TIER=postgres needs SLIPWAY_TEST_DATABASE_URL (npm test sets both)');
 
+/**
+ * The long runs (`SLIPWAY_TEST_LONG=1`, which `.ci/run` sets): the property tests' full run
+ * counts and the 10,000-cycle growth test. A plain `npm test` runs fewer, so that the whole
+ * suite stays within minutes on a 2-core machine; every assertion is the same either way.
+ */
+export const longRuns: boolean = Boolean(process.env.SLIPWAY_TEST_LONG) && process.env.SLIPWAY_TEST_LONG !== '0';
+
 let counter = 0;
 
 /** A schema name no other broker of this run uses: test file, process and a counter. */
