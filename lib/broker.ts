@@ -352,7 +352,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
 
   if (db.embedded) {
     // A PGlite database has one owner at a time: claims left by an earlier broker on this dataDir are dead.
-    await db.execute(store.sql.releaseAllClaims);
+    await store.releaseClaims();
     // So are the holders of its active leases: say what they left, since a lease without a
     // ttl stays active (its slots held) until someone releases it.
     const left = await store.activeLeases();
@@ -715,12 +715,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       list: (query) => live(async () => {
         const q = checkFilter(query, { call: 'leases.list', field: 'query' }, ['type', 'owner', 'resource'], ['status']) as LeaseQuery;
         const statuses = statusFilter(q.status, LEASE_STATUSES, 'status');
-        const rows = await db.query(
-          `SELECT * FROM ${store.s}.leases WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR type = $2)
-             AND ($3::text IS NULL OR owner = $3) AND ($4::text IS NULL OR resource_id = $4) ORDER BY seq`,
-          [statuses, q.type ?? null, q.owner ?? null, q.resource ?? null],
-        );
-        return rows.map((r) => publicLease(mapLease(r)));
+        return (await store.listLeases({ ...q, statuses })).map(publicLease);
       }),
     },
     resources: {
@@ -733,22 +728,12 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       list: (query) => live(async () => {
         const q = checkFilter(query, { call: 'resources.list', field: 'query' }, ['type', 'blueprint'], ['status']) as ResourceQuery;
         const statuses = statusFilter(q.status, RESOURCE_STATUSES, 'status');
-        const rows = await db.query(
-          `SELECT * FROM ${store.s}.resources WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR type = $2)
-             AND ($3::text IS NULL OR blueprint = $3) ORDER BY created_at, id`,
-          [statuses, q.type ?? null, q.blueprint ?? null],
-        );
-        return rows.map((r) => publicResource(mapResource(r)));
+        return (await store.listResources({ ...q, statuses })).map(publicResource);
       }),
     },
     logs: (options) => live(async () => {
       const filter = checkFilter(options, { call: 'logs', field: 'filter' }, ['lease', 'resource', 'blueprint', 'type']);
-      const rows = await db.query(
-        `SELECT * FROM ${store.s}.logs WHERE ($1::text IS NULL OR lease_id = $1) AND ($2::text IS NULL OR resource_id = $2)
-           AND ($3::text IS NULL OR blueprint = $3) AND ($4::text IS NULL OR type = $4) ORDER BY id`,
-        [filter.lease ?? null, filter.resource ?? null, filter.blueprint ?? null, filter.type ?? null],
-      );
-      return rows.map(toLogEntry);
+      return (await store.listLogs(filter)).map(toLogEntry);
     }),
     on(event, listener) {
       if (closed) throw new BrokerClosedError();
@@ -776,7 +761,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
         abort.abort(new BrokerClosedError());
         closedEvents.emit('closed');
         await listener?.stop();
-        await db.execute(store.sql.releaseClaims, [workerId]).catch(() => undefined);
+        await store.releaseClaims(workerId).catch(() => undefined);
         await db.close();
       })();
       return closing;
@@ -811,12 +796,8 @@ async function computeStats(store: Store, now: DateTime, blueprints: Map<string,
     result.blueprints[b.name] = { type: b.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null };
     result.types[b.type] ??= { leases: zero(LEASE_STATUSES), waiting: 0, live: 0, deletionLane: 0, oldestAgeMs: {} };
   }
-  const age = (at: Date | string | null) => (at ? Math.max(0, now.toMillis() - fromDb(at)!.toMillis()) : undefined);
-  const resources = await store.db.query(
-    `SELECT blueprint, type, status, (phase IN ('destroy', 'destroy:retry')) AS destroying, count(*)::int AS n, min(status_changed_at) AS oldest
-     FROM ${store.s}.resources GROUP BY blueprint, type, status, (phase IN ('destroy', 'destroy:retry'))`,
-  );
-  for (const r of resources) {
+  const age = (at: DateTime | null) => (at ? Math.max(0, now.toMillis() - at.toMillis()) : undefined);
+  for (const r of await store.resourceCounts()) {
     const s = (result.blueprints[r.blueprint] ??= { type: r.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null });
     const status = r.status as ResourceStatus;
     s.resources[status] += Number(r.n);
@@ -838,8 +819,7 @@ async function computeStats(store: Store, now: DateTime, blueprints: Map<string,
     const s = result.blueprints[f.blueprint];
     if (s) s.failures = { streak: f.streak, lastError: f.lastError, lastFailureAt: f.lastFailureAt.toISO()!, retryAt: f.retryAt.toISO()! };
   }
-  const leases = await store.db.query(`SELECT type, status, count(*)::int AS n, min(status_changed_at) AS oldest FROM ${store.s}.leases GROUP BY type, status`);
-  for (const l of leases) {
+  for (const l of await store.leaseCounts()) {
     const s = (result.types[l.type] ??= { leases: zero(LEASE_STATUSES), waiting: 0, live: 0, deletionLane: 0, oldestAgeMs: {} });
     const status = l.status as LeaseStatus;
     s.leases[status] += Number(l.n);

@@ -4,8 +4,7 @@ import type { DateTime } from 'luxon';
 import type { JsonObject } from '../model/spec.js';
 import { HookError } from '../errors/hook-error.js';
 import { SlotRequest } from './slot-choice.js';
-import { mapBlueprintFailure, mapResource, slotConflictKeys, type BlueprintFailure, type LeaseRow, type NewLease, type ResourceRow } from '../store/store.js';
-import { toDb } from '../time.js';
+import { slotConflictKeys, type BlueprintFailure, type LeaseRow, type NewLease, type ResourceRow } from '../store/store.js';
 import { crashPoint } from './crash-points.js';
 import { baseContext, callHook, hookFailureLog, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
 import { at, backoffDelay, blueprintsForType, REREAD, type HookFailure, type LeaseMoved, type LeaseStep, type Runtime } from './runtime.js';
@@ -70,7 +69,7 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
     if (driven?.buildFailed && driven.brokenReason) {
       return allocationFailed(rt, lease, driven.blueprint, driven.brokenReason);
     }
-    await store.single((u) => u.sql.query(store.sql.forgetReservation, [lease.id, lease.allocatingResourceId]));
+    await store.single((u) => store.forgetReservation(u, lease.id, lease.allocatingResourceId!));
     lease.allocatingResourceId = null;
     // The reservation was a hand-off this lease could not use: pass it on.
     claim.chained = true;
@@ -196,18 +195,9 @@ async function* freeResources(rt: Runtime, leaseId: string, blueprint: Blueprint
   if (high < low) return;
   let after: ResourceRow | null = null;
   for (let left = limit; left > 0; ) {
-    const rows = await store.db.query(store.sql.freeResources, [
-      blueprint.name,
-      leaseId,
-      low,
-      high,
-      after?.leaseCount ?? null,
-      after ? toDb(after.createdAt) : null,
-      after?.id ?? null,
-      Math.min(PAGE, left),
-    ]);
+    const rows = await store.freeResources(blueprint.name, leaseId, low, high, after, Math.min(PAGE, left));
     for (const row of rows) {
-      after = mapResource(row);
+      after = row;
       yield after;
     }
     left -= rows.length;
@@ -283,52 +273,31 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
     // One statement: the resource takes the lease (still active, not reserved for another,
     // below maxLeasesPerResource), the slot locks are taken, and the lease moves to
     // acquired with the intent to activate it recorded; all of it, or none.
+    // A hand-off may have reserved another resource for this lease since the pass read it:
+    // the statement frees that one for the next waiter (`freed`), or it would stay reserved
+    // for a lease that never comes.
     const result = await store.single((u) =>
-      store.casIf(
+      store.acquireOnResource(
         u,
-        'lease',
         lease.id,
-        'pending',
-        'acquired',
-        // allocating_resource_id is left as it is: see `freed` below.
+        { resourceId: resource.id, maxLeases: max, slots: slots.keys },
+        // allocating_resource_id is left as it is: the statement reads it to free the reservation.
         { resource_id: resource.id, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
-        {
-          before: store.takeResource(lease.id, { resourceId: resource.id, maxLeases: max, slots: slots.keys }, rt.clock.now()),
-          guard: () => 'EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM conflicts)',
-          logs: [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
-          // A hand-off may have reserved another resource for this lease since the pass read
-          // it: free that one for the next waiter, or it stays reserved for a lease that never
-          // comes. A hand-off that committed while this statement waited for the lease's row
-          // lock is not in this statement's snapshot; its pointer is, in the lease row the
-          // CAS re-read (`upd.allocating_resource_id`, kept for that reason). Matching that
-          // resource by id alone makes Postgres re-read it too, and the CASE clears the
-          // reservation in its newest version.
-          also: [
-            {
-              name: 'freed',
-              returning: true,
-              sql: (p) => `UPDATE ${store.s}.resources
-                SET reserved_for = CASE WHEN reserved_for = (SELECT id FROM upd) THEN NULL ELSE reserved_for END
-                WHERE (id = (SELECT allocating_resource_id FROM upd) OR reserved_for = (SELECT id FROM upd)) AND id <> ${p.add(resource.id)}
-                RETURNING type, blueprint, reserved_for IS NULL AS free`,
-            },
-          ],
-          failIf: store.acquisitionFails('upd'),
-        },
+        [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
       ),
     );
     if (!result) {
       reasons.list.push(`${resource.id} is no longer available`);
       return 'no';
     }
-    const taken = mapResource(result.also.taken[0]);
+    const taken = result.resource;
     // Wake-ups for others, after the fact (lost in a crash, they cost a waiter its recheck
     // interval, nothing more): the reservation freed above goes to the next waiter; and a
     // resource that may take more leases gets the best waiter's look now.
-    const wakes: Array<[string, string]> = result.also.freed.filter((f: { free: boolean }) => f.free).map((f: { type: string; blueprint: string }) => [f.type, f.blueprint]);
+    const wakes: Array<[string, string]> = result.freed.filter((f) => f.free).map((f) => [f.type, f.blueprint]);
     if (max === null || taken.leaseCount < max) wakes.push([resource.type, blueprint.name]);
     for (const [type, name] of wakes) await store.single((u) => store.wakeNextWaiting(u, [type], [name]));
-    return { lease: result.row, resource: taken, intent: 'activate' };
+    return { lease: result.lease, resource: taken, intent: 'activate' };
   } catch (error) {
     const keys = slotConflictKeys(error);
     if (!keys) throw error;
@@ -366,39 +335,27 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     // A hand-off may have reserved an active resource for this lease since the pass read it:
     // then use that one (the caller looks again) instead of overwriting the pointer, which
     // would leave that resource reserved for a lease that never comes for it.
-    const [pointer] = await u.sql.query(`SELECT allocating_resource_id FROM ${store.s}.leases WHERE id = $1 AND status = 'pending' FOR UPDATE`, [lease.id]);
-    if (!pointer || pointer.allocating_resource_id) return 'look-again' as const;
+    if (!(await store.lockLeaseForAllocation(u, lease.id))) return 'look-again' as const;
     // Short and hook-free: allocation decisions of one blueprint are serialized here.
-    await u.sql.query(store.sql.allocationLock, [`slipway:alloc:${store.db.schema}:${blueprint.name}`]);
-    const [counts] = await u.sql.query<{ allocating: number; active: number; failure: Record<string, unknown> | null }>(store.sql.allocationCounts, [blueprint.name]);
-    const failure = counts.failure ? mapBlueprintFailure(counts.failure) : null;
+    const counts = await store.lockAllocations(u, blueprint.name);
+    const failure = counts.failure;
     if (failure && failure.retryAt > u.now) return { backingOff: failure };
     let limit: number;
     try {
-      limit = blueprint.limits.allocationLimit(Number(counts.active));
+      limit = blueprint.limits.allocationLimit(counts.active);
     } catch (thrown) {
       // A policy function of the blueprint threw: its failure, like a hook's (nothing written yet).
       return { policyFailed: new HookError(blueprint.name, 'limits.allocationLimit', thrown) };
     }
-    if (Number(counts.allocating) >= limit) return 'rate-limited' as const;
+    if (counts.allocating >= limit) return 'rate-limited' as const;
     const max = blueprint.limits.maxResources;
-    if (max !== null) {
-      const keys = Array.from({ length: max }, (_, i) => `slipway:capacity:${blueprint.name}:${i}`);
-      const taken = await u.sql.query(store.sql.takeCapacitySlot, [keys, resourceId, toDb(u.now)]);
-      if (taken.length === 0) return 'full' as const;
-    }
-    await u.sql.query(
-      `INSERT INTO ${store.s}.resources (id, type, blueprint, status, attributes, reserved_for, created_at, status_changed_at)
-       VALUES ($1, $2, $3, 'pending', '{}'::jsonb, $4, $5, $5)`,
-      [resourceId, blueprint.type, blueprint.name, lease.id, toDb(u.now)],
-    );
-    u.events.push({ kind: 'resource', id: resourceId, from: null, to: 'pending' });
-    await store.ensureWork(u, 'resource', resourceId, u.now);
+    if (max !== null && !(await store.takeCapacitySlot(u, blueprint.name, max, resourceId))) return 'full' as const;
+    await store.insertPendingResource(u, { id: resourceId, type: blueprint.type, blueprint: blueprint.name, reservedFor: lease.id });
     await store.update(u, 'lease', lease.id, 'pending', { allocating_resource_id: resourceId });
     await store.log(u, { type: 'resource.allocating', data: { lease: lease.id }, lease: lease.id, resource: resourceId, blueprint: blueprint.name });
     // Room for one more allocation: the next waiter gets a look now. It passes the wake on
     // only if it allocates too, so a burst fills the allocation limit, and no more.
-    if (Number(counts.allocating) + 1 < limit) await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
+    if (counts.allocating + 1 < limit) await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
     return 'allocated' as const;
   });
   if (typeof result === 'object') {
@@ -453,7 +410,7 @@ async function allocationFailed(rt: Runtime, lease: LeaseRow, blueprint: string,
   const retryAt = rt.clock.now().plus(backoffDelay(rt, failures));
   const giveUp = failures >= rt.maxAllocationFailures;
   await store.unit(async (u) => {
-    if (lease.allocatingResourceId) await u.sql.query(store.sql.forgetReservation, [lease.id, lease.allocatingResourceId]);
+    if (lease.allocatingResourceId) await store.forgetReservation(u, lease.id, lease.allocatingResourceId);
     await store.update(u, 'lease', lease.id, 'pending', { allocation_failures: failures, last_failure: error, allocate_after: giveUp ? null : retryAt });
     await store.log(u, { type: 'lease.allocation-failure', data: { blueprint, reason: error, attempt: failures, retryAt: giveUp ? null : retryAt.toISO() }, lease: lease.id, blueprint });
   });
@@ -465,18 +422,16 @@ async function allocationFailed(rt: Runtime, lease: LeaseRow, blueprint: string,
 /** Asks an idle resource of a full blueprint to release itself (a command: the resource's own worker decides). */
 async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, asked: ReadonlySet<string>): Promise<string | 'look-again' | null> {
   const { store } = rt;
-  const query = (sql: { query: typeof store.db.query }, lock: boolean) =>
-    sql.query(`${store.sql.reclaimable}${lock ? ' FOR UPDATE OF r SKIP LOCKED' : ''}`, [blueprint.name, toDb(rt.clock.now().minus(blueprint.limits.reclaimIdleAfter)), lease.id]);
+  const idleBefore = () => rt.clock.now().minus(blueprint.limits.reclaimIdleAfter);
   // Most waits find nothing to reclaim: look without a transaction first.
-  const seen = await query(store.db, false);
-  if (seen.length === 0) return null;
+  const seen = await store.reclaimable(blueprint.name, idleBefore(), lease.id);
+  if (!seen) return null;
   // A resource this pass never asked became idle while it ran (a burst: a lease just let
   // go of it): the lease may well take it. Reclaiming it would destroy and rebuild it.
-  if (!asked.has(seen[0].id as string)) return 'look-again';
+  if (!asked.has(seen)) return 'look-again';
   return store.unit(async (u) => {
-    const rows = await query(u.sql, true);
-    if (!rows[0]) return null;
-    const id = rows[0].id as string;
+    const id = await store.reclaimable(blueprint.name, idleBefore(), lease.id, u);
+    if (!id) return null;
     if (!asked.has(id)) return 'look-again';
     await store.command(u, 'resource', id, 'reclaim', { lease: lease.id }, `lease:${lease.id}`);
     await store.log(u, { type: 'lease.reclaim', data: { resource: id, blueprint: blueprint.name }, lease: lease.id, resource: id, blueprint: blueprint.name });

@@ -1,6 +1,5 @@
 import { LEASE_STATE_FLAGS, RESOURCE_STATE_FLAGS, type ObjectKind } from '../model/states.js';
 import type { AlsoWrite, CommandRow, ResourceRow, Unit } from '../store/store.js';
-import { toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
 import type { LeaseMoved, Runtime } from './runtime.js';
 
@@ -38,10 +37,7 @@ export async function stopRequested(rt: Runtime, u: Unit, kind: ObjectKind, id: 
 
 /** The consumption of a command, as a write in the statement of the CAS it causes. */
 function consumedWith(rt: Runtime, command: CommandRow, now: Unit['now']): AlsoWrite {
-  return {
-    name: 'consumed',
-    sql: (p) => `UPDATE ${rt.store.s}.commands SET consumed_at = ${p.add(toDb(now))}::timestamptz, outcome = 'applied' WHERE id = ${p.add(command.id)} AND consumed_at IS NULL AND EXISTS (SELECT 1 FROM upd)`,
-  };
+  return rt.store.consumedWith(command.id, now);
 }
 
 async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promise<LeaseMoved | null> {
@@ -103,8 +99,8 @@ async function applyToResource(rt: Runtime, id: string, command: CommandRow): Pr
     if (command.command === 'reclaim') {
       // Lock the row before reading its lease count: an acquisition holds this row lock until
       // it commits, so either its lease is counted here or it finds the resource released.
-      const [locked] = await u.sql.query(`SELECT status, reserved_for, lease_count FROM ${store.s}.resources WHERE id = $1 FOR UPDATE`, [resource.id]);
-      resource = { ...resource, status: locked?.status ?? resource.status, reservedFor: locked ? (locked.reserved_for ?? null) : resource.reservedFor, leaseCount: Number(locked?.lease_count ?? 0) };
+      const locked = await store.lockResource(u, resource.id);
+      resource = { ...resource, status: locked?.status ?? resource.status, reservedFor: locked ? locked.reservedFor : resource.reservedFor, leaseCount: locked?.leaseCount ?? 0 };
       if (resource.status !== 'active' || resource.leaseCount > 0 || resource.reservedFor) {
         return reject(rt, u, command, resource.status !== 'active' ? `resource is ${resource.status}` : 'resource is in use', { resource: resource.id, blueprint: resource.blueprint });
       }

@@ -2,7 +2,6 @@ import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import PQueue from 'p-queue';
 import { Duration, type DateTime } from 'luxon';
 import type { ObjectKind } from '../model/states.js';
-import { fromDb, toDb } from '../time.js';
 import { crashPoint } from './crash-points.js';
 import { processLease } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
@@ -105,15 +104,8 @@ export class Engine {
       this.maybeDue = false;
       const { store, clock, workerId } = this.rt;
       const now = clock.now();
-      const rows = await store.db.query(store.sql.claim, [
-        toDb(now),
-        free,
-        workerId,
-        [...this.inflight.keys()],
-        toDb(now.plus(this.options.claimTtl)),
-      ]);
-      for (const row of rows) {
-        const item: ClaimedItem = { kind: row.object_kind, id: row.object_id, wakeCount: Number(row.wake_count), chained: Boolean(row.chained), attempts: Number(row.attempts) };
+      const rows = await store.claimWork(now, free, workerId, [...this.inflight.keys()], now.plus(this.options.claimTtl));
+      for (const item of rows as ClaimedItem[]) {
         this.inflight.set(`${item.kind}:${item.id}`, item);
         void this.queue.add(() => this.run(item));
       }
@@ -162,8 +154,7 @@ export class Engine {
 
   private async scheduleNext() {
     const { store, clock } = this.rt;
-    const rows = await store.db.query(store.sql.nextDue, [toDb(clock.now())]);
-    const next = fromDb(rows[0]?.at);
+    const next = await store.nextDueAt(clock.now());
     if (next) this.scheduleAt(next);
   }
 
@@ -204,12 +195,11 @@ export class Engine {
       if (this.halted) return;
       crashPoint('pass.decided');
       if (outcome.next === 'delete') {
-        const deleted = await store.db.execute(`${store.sql.deleteWork} AND claimed_by = $3 AND wake_count = $4`, [item.kind, item.id, workerId, item.wakeCount]);
-        if (deleted > 0) return;
+        if (await store.deleteWork({ ...item, workerId })) return;
       }
       // A wake during the pass kept the item due (see `finish`); otherwise park or schedule.
       const runAt = outcome.next === 'at' ? outcome.at : null;
-      const [finished] = await store.db.query(store.sql.finish, [item.kind, item.id, workerId, item.wakeCount, toDb(clock.now()), toDb(runAt), outcome.next === 'at' ? (outcome.attempts ?? 0) : 0]);
+      const finished = await store.finishWork({ ...item, workerId }, clock.now(), runAt, outcome.next === 'at' ? (outcome.attempts ?? 0) : 0);
       // Due again at once (a wake during the pass, or a pass that stopped early): poll after
       // this pass. Due later: this broker's timer, with no read of the queue.
       if (finished?.due) this.maybeDue = true;
@@ -232,7 +222,7 @@ export class Engine {
     if (this.inflight.size === 0 || this.halted) return;
     const { store, clock, workerId } = this.rt;
     try {
-      await store.db.execute(store.sql.heartbeat, [[...this.inflight.keys()], workerId, toDb(clock.now().plus(this.options.claimTtl))]);
+      await store.heartbeat([...this.inflight.keys()], workerId, clock.now().plus(this.options.claimTtl));
     } catch (error) {
       this.rt.logger.warn({ err: error }, 'slipway: heartbeat failed');
     }
@@ -262,8 +252,7 @@ export class Engine {
         this.notifyIdle();
       });
       const { store, clock } = this.rt;
-      const due = await store.db.query(`SELECT 1 FROM ${store.s}.work_items WHERE run_at IS NOT NULL AND run_at <= $1 LIMIT 1`, [toDb(clock.now())]);
-      if (due.length === 0 && !this.busy) return;
+      if (!(await store.anyWorkDue(clock.now())) && !this.busy) return;
     }
     throw new Error('runUntilIdle: work kept becoming due (10000 rounds)');
   }

@@ -1,11 +1,11 @@
 import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
-import { humanDuration, toDb } from '../time.js';
+import { humanDuration } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
 import { baseContext, callHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
-import { at, DELETE, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
+import { at, DROP_WORK, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
   id: string;
@@ -32,7 +32,7 @@ export async function processLease(rt: Runtime, claim: LeaseClaim, known?: Lease
   if (known?.intent) claim.intent = known.intent;
   for (let step = 0; step < MAX_STEPS; step++) {
     const lease: LeaseRow | null = moved?.lease ?? (await store.lease(claim.id));
-    if (!lease) return DELETE;
+    if (!lease) return DROP_WORK;
     if (lease.hasCommands) {
       moved = await consumeCommands(rt, 'lease', lease.id);
       if (moved?.intent) claim.intent = moved.intent;
@@ -62,7 +62,7 @@ export async function processLease(rt: Runtime, claim: LeaseClaim, known?: Lease
         case 'broken':
           return destroy(rt, lease, claim, moved);
         case 'destroyed':
-          return DELETE;
+          return DROP_WORK;
       }
     }
     if (result === REREAD) moved = null;
@@ -127,7 +127,7 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
       await store.releaseSlots(u, 'lease', lease.id);
       // A released or broken resource parks until its leases are gone: this one no longer counts.
       if (resource) {
-        await u.sql.query(`UPDATE ${store.s}.resources SET lease_count = lease_count - 1 WHERE id = $1`, [resource.id]);
+        await store.uncountLease(u, resource.id);
         await store.wake(u, 'resource', [resource.id]);
       }
     });
@@ -157,21 +157,15 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
   }
   const attributes = result.value?.attributes ? { ...lease.attributes, ...result.value.attributes } : lease.attributes;
   // One statement: while activateLease ran, the lease may have been released (acquire()
-  // gave up, its holder let go) or its resource may have broken. The late result then
-  // never activates it. FOR SHARE holds the resource's status until this commits: a break
-  // after it sees this lease active and breaks it too.
+  // gave up, its holder let go), its resource may have broken, or it may have expired (its
+  // late hook ran past expires_at). The late result then never activates it; a break after
+  // the statement sees this lease active and breaks it too.
   const activated = await store.single((u) =>
-    store.casIf(u, 'lease', lease.id, 'acquired', 'active', { phase: null, phase_attempts: 0, attributes }, {
-      // Nor is a lease activated once it has expired (its late hook ran past expires_at).
-      guard: (p) => `(expires_at IS NULL OR expires_at > ${p.add(toDb(rt.clock.now()))}::timestamptz)
-        AND EXISTS (SELECT 1 FROM ${store.s}.resources r WHERE r.id = ${p.add(resource.id)} AND r.status = 'active' FOR SHARE)
-        AND NOT EXISTS (SELECT 1 FROM ${store.s}.commands c WHERE c.target_kind = 'lease' AND c.target_id = ${p.add(lease.id)}
-                        AND c.consumed_at IS NULL AND c.command IN ('release', 'break'))`,
-      logs: [{ type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
-      resource,
-    }),
+    store.activateLease(u, lease.id, resource, { phase: null, phase_attempts: 0, attributes }, [
+      { type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name },
+    ]),
   );
-  if (activated) return { lease: activated.row };
+  if (activated) return { lease: activated };
   // The next step consumes the command, or finds the resource gone and requeues the lease.
   await store.single((u) => store.update(u, 'lease', lease.id, 'acquired', { phase: null, phase_attempts: 0 }));
   return REREAD;
@@ -209,33 +203,15 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     // One statement: the lease is destroyed, its slot locks go, a reservation it held goes
     // to the next waiter, and its resource counts one lease fewer (idle from now if it
     // was the last).
-    const { also } = await store.casWith(u, 'lease', lease.id, lease.status, 'destroyed', { phase: null, phase_attempts: 0 }, {
-      logs: [{ type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null }],
-      also: [
-        { name: 'slots', sql: () => `DELETE FROM ${store.s}.slot_locks WHERE holder_kind = 'lease' AND holder_id = (SELECT id FROM upd)` },
-        {
-          name: 'freed',
-          returning: true,
-          sql: () => `UPDATE ${store.s}.resources SET reserved_for = NULL
-            WHERE reserved_for = (SELECT id FROM upd) AND id IS DISTINCT FROM (SELECT resource_id FROM upd) RETURNING type, blueprint`,
-        },
-        {
-          name: 'counted',
-          returning: true,
-          sql: (p) => `UPDATE ${store.s}.resources r SET lease_count = r.lease_count - 1,
-              idle_since = CASE WHEN r.lease_count = 1 THEN ${p.add(toDb(u.now))}::timestamptz ELSE r.idle_since END
-            FROM upd WHERE r.id = upd.resource_id
-            RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint`,
-        },
-      ],
-    });
-    for (const freed of also.freed) await store.wakeNextWaiting(u, [freed.type], [freed.blueprint]);
-    const left = also.counted[0] as { id: string; status: string; lease_count: number; type: string; blueprint: string } | undefined;
+    const { freed, left } = await store.destroyLease(u, lease.id, lease.status, [
+      { type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null },
+    ]);
+    for (const f of freed) await store.wakeNextWaiting(u, [f.type], [f.blueprint]);
     if (!left) return;
-    const idle = Number(left.lease_count) === 0;
+    const idle = left.leaseCount === 0;
     // A resource on its way out waits for its last lease; an idle one may have an idle expiry to schedule.
     if ((left.status !== 'active' && idle) || (left.status === 'active' && idle && blueprint?.limits.idleExpiry)) await store.wake(u, 'resource', [left.id]);
     if (left.status === 'active') await store.handOff(u, left.id, left.type, left.blueprint);
   });
-  return DELETE;
+  return DROP_WORK;
 }

@@ -4,11 +4,10 @@ import { ChildLeaseCycleError } from '../errors/child-lease-cycle-error.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
 import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
 import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } from '../model/spec.js';
-import { mapLease, type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
-import { toDb } from '../time.js';
+import { type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
 import { baseContext, callHook, hookFailureLog, leaseView, resourceView, retryDestroy, retryPhase, WaitingForChild } from './hooks.js';
-import { at, backoffDelay, blueprintsForType, DELETE, PARK, type Outcome, type Runtime } from './runtime.js';
+import { at, backoffDelay, blueprintsForType, DROP_WORK, PARK, type Outcome, type Runtime } from './runtime.js';
 
 export interface ResourceClaim {
   id: string;
@@ -25,7 +24,7 @@ export async function processResource(rt: Runtime, claim: ResourceClaim): Promis
   const { store } = rt;
   for (let step = 0; step < MAX_STEPS; step++) {
     const resource = await store.resource(claim.id);
-    if (!resource) return DELETE;
+    if (!resource) return DROP_WORK;
     if (resource.hasCommands) {
       await consumeCommands(rt, 'resource', resource.id);
       continue;
@@ -46,7 +45,7 @@ export async function processResource(rt: Runtime, claim: ResourceClaim): Promis
         return destroy(rt, resource, blueprint, claim);
       }
       case 'destroyed':
-        return DELETE;
+        return DROP_WORK;
     }
   }
   return at(rt.clock.now());
@@ -165,7 +164,7 @@ async function record(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<a
 async function slotConflict(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>, hook: string, keys: string[], claim: ResourceClaim): Promise<'progress' | Outcome> {
   const { store } = rt;
   const attempt = claim.attempts + 1;
-  const [demand] = await store.db.query(store.sql.demandFor, [resource.type, blueprint.name, resource.reservedFor]);
+  const demand = await store.demandFor(resource.type, blueprint.name, resource.reservedFor);
   const retryAt = demand ? rt.clock.now().plus(backoffDelay(rt, attempt)) : null;
   await store.unit(async (u) => {
     // One row per conflict: a retry that meets the same conflict again bumps it.
@@ -181,11 +180,7 @@ async function slotConflict(rt: Runtime, resource: ResourceRow, blueprint: Bluep
 /** A child lease owned by this resource: found again by key on a repeated call, awaited by suspending the hook. */
 async function childLease(rt: Runtime, resource: ResourceRow, driver: LeaseRow | null, spec: LeaseSpec, key: string) {
   const { store } = rt;
-  const rows = await store.db.query(
-    `SELECT * FROM ${store.s}.leases WHERE parent_resource_id = $1 AND child_key = $2 ORDER BY seq DESC LIMIT 1`,
-    [resource.id, key],
-  );
-  let child = rows[0] ? mapLease(rows[0]) : null;
+  let child = await store.childLease(resource.id, key);
   if (!child) {
     const normalized = normalizeSpec({ owner: `resource:${resource.id}`, ...spec });
     await refuseCycle(rt, resource, driver, normalized);
@@ -243,7 +238,7 @@ async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprin
   let idleSince = resource.idleSince;
   if (!idleSince) {
     idleSince = now;
-    await store.single((u) => u.sql.execute(`UPDATE ${store.s}.resources SET idle_since = $2 WHERE id = $1 AND status = 'active' AND lease_count = 0 AND idle_since IS NULL`, [resource.id, toDb(now)]));
+    await store.single((u) => store.markIdle(u, resource.id));
   }
   const idle = blueprint.limits.idleExpiry;
   if (!idle) return PARK;
@@ -252,7 +247,7 @@ async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprin
   // Guarded: a lease acquired since the read keeps the resource.
   await store.single((u) =>
     store.casIf(u, 'resource', resource.id, 'active', 'released', {}, {
-      guard: () => 'lease_count = 0 AND reserved_for IS NULL',
+      guard: store.idleGuard,
       logs: [{ type: 'resource.released', data: { reason: `idle for ${idle.toISO()}`, author: null }, resource: resource.id, blueprint: blueprint.name }],
     }),
   );
@@ -274,13 +269,9 @@ async function destroy(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<
       logs: [{ type: 'resource.destroyed', data: {}, resource: resource.id, blueprint: blueprint.name }],
     });
     await store.releaseSlots(u, 'resource', resource.id);
-    const children = await u.sql.query(
-      `SELECT id FROM ${store.s}.leases WHERE parent_resource_id = $1 AND status IN ('pending', 'acquired', 'active')`,
-      [resource.id],
-    );
-    for (const child of children) await store.command(u, 'lease', child.id, 'release', { reason: `owner ${resource.id} was destroyed` }, `resource:${resource.id}`);
+    for (const child of await store.liveChildLeases(u, resource.id)) await store.command(u, 'lease', child, 'release', { reason: `owner ${resource.id} was destroyed` }, `resource:${resource.id}`);
     if (resource.reservedFor) await store.wake(u, 'lease', [resource.reservedFor]);
     await store.wakeNextWaiting(u, [blueprint.type], [blueprint.name]);
   });
-  return DELETE;
+  return DROP_WORK;
 }

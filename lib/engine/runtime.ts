@@ -61,7 +61,8 @@ export const REREAD = 'reread' as const;
 export type LeaseStep = Outcome | LeaseMoved | typeof REREAD;
 
 export const PARK: Outcome = { next: 'park' };
-export const DELETE: Outcome = { next: 'delete' };
+/** The object reached its end: its work item is deleted. */
+export const DROP_WORK: Outcome = { next: 'delete' };
 export const at = (when: DateTime, attempts?: number): Outcome => ({ next: 'at', at: when, attempts });
 
 /** Capped exponential backoff in milliseconds: initial × 2^(attempt-1), at most max. */

@@ -2,7 +2,7 @@ import { SchemaNotMigratedError } from '../errors/schema-not-migrated-error.js';
 import { SchemaTooNewError } from '../errors/schema-too-new-error.js';
 import type { Db, Sql } from './db.js';
 import { MIGRATIONS } from './migrations/index.js';
-import { quoteIdent } from './sql.js';
+import { quoteIdent } from './sql/statements.js';
 
 /**
  * The migration ids in the schema's ledger. Throws SchemaTooNewError when it holds a migration this

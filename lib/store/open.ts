@@ -8,7 +8,7 @@ import { lockDataDir, type StaleLock } from './data-dir-lock.js';
 import { createDb, type Db, type DbOptions } from './db.js';
 import { pgliteDriver } from './embedded-driver.js';
 import { checkMigrated, migrate } from './migrate.js';
-import { quoteIdent } from './sql.js';
+import { quoteIdent } from './sql/statements.js';
 
 export type DatabaseOptions =
   | {

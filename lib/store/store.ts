@@ -10,7 +10,7 @@ import { isLegalTransition, type LeaseStatus, type ObjectKind, type ResourceStat
 import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
 import { Params } from './params.js';
-import { quoteIdent, statements, type Statements } from './sql.js';
+import { quoteIdent, statements, type Statements } from './sql/statements.js';
 
 export interface LeaseRow extends LeaseRecord {
   seq: number;
@@ -236,6 +236,23 @@ export type IdSource = (prefix: 'lease' | 'res') => string;
  * for stable snapshots). A symbol, so it is no option a user can name or misspell.
  */
 export const ID_SOURCE = Symbol('slipway.idSource');
+
+/** A work item claimed by this worker (`Store.claimWork`). */
+export interface ClaimedWork {
+  kind: ObjectKind;
+  id: string;
+  wakeCount: number;
+  chained: boolean;
+  attempts: number;
+}
+
+/** A work item as its claim holds it: the pass's end writes only if the claim is still this worker's. */
+export interface WorkRef {
+  kind: ObjectKind;
+  id: string;
+  workerId: string;
+  wakeCount: number;
+}
 
 export class Store {
   readonly sql: Statements;
@@ -751,6 +768,216 @@ export class Store {
 
   async releaseSlots(unit: Unit, kind: ObjectKind, id: string): Promise<void> {
     await unit.sql.query(this.sql.releaseSlots, [kind, id]);
+  }
+
+  // --- work items: claims and the end of a pass ----------------------------------------
+
+  /** Claims up to `limit` due work items for `workerId` (SKIP LOCKED), none of `skip` (`kind:id`, already running here). */
+  async claimWork(now: DateTime, limit: number, workerId: string, skip: string[], until: DateTime): Promise<ClaimedWork[]> {
+    const rows = await this.db.query(this.sql.claim, [toDb(now), limit, workerId, skip, toDb(until)]);
+    return rows.map((row) => ({ kind: row.object_kind, id: row.object_id, wakeCount: Number(row.wake_count), chained: Boolean(row.chained), attempts: Number(row.attempts) }));
+  }
+
+  /** When the earliest work item scheduled after `now` is due, if any. */
+  async nextDueAt(now: DateTime): Promise<DateTime | null> {
+    const rows = await this.db.query(this.sql.nextDue, [toDb(now)]);
+    return fromDb(rows[0]?.at);
+  }
+
+  /** Whether any work item is due at `now`. */
+  async anyWorkDue(now: DateTime): Promise<boolean> {
+    return (await this.db.query(this.sql.anyWorkDue, [toDb(now)])).length > 0;
+  }
+
+  /** Deletes a finished object's work item, unless a wake arrived during the pass (its wake count moved) or the claim is lost. */
+  async deleteWork(item: WorkRef): Promise<boolean> {
+    return (await this.db.execute(`${this.sql.deleteWork} AND claimed_by = $3 AND wake_count = $4`, [item.kind, item.id, item.workerId, item.wakeCount])) > 0;
+  }
+
+  /**
+   * Ends a pass: the claim goes, and the item runs again at `runAt` (null: parked until
+   * a wake), or at once if a wake arrived during the pass. Null if the claim was lost.
+   */
+  async finishWork(item: WorkRef, now: DateTime, runAt: DateTime | null, attempts: number): Promise<{ due: boolean } | null> {
+    const [row] = await this.db.query(this.sql.finish, [item.kind, item.id, item.workerId, item.wakeCount, toDb(now), toDb(runAt), attempts]);
+    return row ? { due: Boolean(row.due) } : null;
+  }
+
+  /** Extends the claims of `keys` (`kind:id`) that `workerId` still holds. */
+  async heartbeat(keys: string[], workerId: string, until: DateTime): Promise<void> {
+    await this.db.execute(this.sql.heartbeat, [keys, workerId, toDb(until)]);
+  }
+
+  /** Gives up the claims of one worker, or of every worker (an embedded database has one owner: claims of an earlier one are dead). */
+  async releaseClaims(workerId?: string): Promise<void> {
+    if (workerId === undefined) await this.db.execute(this.sql.releaseAllClaims);
+    else await this.db.execute(this.sql.releaseClaims, [workerId]);
+  }
+
+  // --- the allocator's reads and writes -----------------------------------------------
+
+  /** A lease lets go of the resource it drove or had reserved (both rows, one statement). */
+  async forgetReservation(unit: Unit, leaseId: string, resourceId: string): Promise<void> {
+    await unit.sql.query(this.sql.forgetReservation, [leaseId, resourceId]);
+  }
+
+  /** One page of a blueprint's active resources that lease `leaseId` might take, lease count within [low, high], after `after`. */
+  async freeResources(blueprint: string, leaseId: string, low: number, high: number, after: ResourceRow | null, limit: number): Promise<ResourceRow[]> {
+    const rows = await this.db.query(this.sql.freeResources, [blueprint, leaseId, low, high, after?.leaseCount ?? null, after ? toDb(after.createdAt) : null, after?.id ?? null, limit]);
+    return rows.map(mapResource);
+  }
+
+  /**
+   * One statement: a pending lease takes an active resource (see `takeResource`), with its
+   * slot locks, and moves to acquired with `sets`; a reservation it held elsewhere is freed
+   * (`freed`: the resources, and whether each is free now). Null when the resource is no
+   * longer available; slot locks held by others raise SW001.
+   */
+  async acquireOnResource(unit: Unit, leaseId: string, a: Acquisition, sets: Sets, logs: LogInsert[]): Promise<{ lease: LeaseRow; resource: ResourceRow; freed: Array<{ type: string; blueprint: string; free: boolean }> } | null> {
+    const result = await this.casIf(unit, 'lease', leaseId, 'pending', 'acquired', sets, {
+      before: this.takeResource(leaseId, a, unit.now),
+      guard: this.sql.acquisitionGuard,
+      logs,
+      also: [{ name: 'freed', returning: true, sql: (p) => this.sql.acquisitionFreed(p, a.resourceId) }],
+      failIf: this.acquisitionFails('upd'),
+    });
+    if (!result) return null;
+    return { lease: result.row, resource: mapResource(result.also.taken[0]), freed: result.also.freed };
+  }
+
+  /** Under the lease's row lock: whether it is still pending and drives no allocation nor holds a reservation. */
+  async lockLeaseForAllocation(unit: Unit, leaseId: string): Promise<boolean> {
+    const [pointer] = await unit.sql.query(this.sql.lockLeasePointer, [leaseId]);
+    return !!pointer && !pointer.allocating_resource_id;
+  }
+
+  /**
+   * Serializes the allocation decisions of one blueprint for the rest of the transaction,
+   * and reads what they decide on: resources allocating and active, and its failure streak.
+   */
+  async lockAllocations(unit: Unit, blueprint: string): Promise<{ allocating: number; active: number; failure: BlueprintFailure | null }> {
+    await unit.sql.query(this.sql.allocationLock, [`slipway:alloc:${this.db.schema}:${blueprint}`]);
+    const [counts] = await unit.sql.query(this.sql.allocationCounts, [blueprint]);
+    return { allocating: Number(counts.allocating), active: Number(counts.active), failure: counts.failure ? mapBlueprintFailure(counts.failure) : null };
+  }
+
+  /** Takes the first free one of a blueprint's `maxResources` capacity slots for a new resource; false when all are held. */
+  async takeCapacitySlot(unit: Unit, blueprint: string, maxResources: number, resourceId: string): Promise<boolean> {
+    const keys = Array.from({ length: maxResources }, (_, i) => `slipway:capacity:${blueprint}:${i}`);
+    return (await unit.sql.query(this.sql.takeCapacitySlot, [keys, resourceId, toDb(unit.now)])).length > 0;
+  }
+
+  /** A new pending resource, reserved for the lease that drives it, with its work item. */
+  async insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string }): Promise<void> {
+    await unit.sql.query(this.sql.insertPendingResource, [resource.id, resource.type, resource.blueprint, resource.reservedFor, toDb(unit.now)]);
+    unit.events.push({ kind: 'resource', id: resource.id, from: null, to: 'pending' });
+    await this.ensureWork(unit, 'resource', resource.id, unit.now);
+  }
+
+  /** The idle resource of a full blueprint that lease `leaseId` may reclaim (idle since `idleBefore` or earlier); with a unit, row-locked (SKIP LOCKED). */
+  async reclaimable(blueprint: string, idleBefore: DateTime, leaseId: string, unit?: Unit): Promise<string | null> {
+    const text = unit ? this.sql.lockReclaimable(this.sql.reclaimable) : this.sql.reclaimable;
+    const rows = await (unit?.sql ?? this.db).query(text, [blueprint, toDb(idleBefore), leaseId]);
+    return (rows[0]?.id as string | undefined) ?? null;
+  }
+
+  /** Whether a lease still wants a resource of `blueprint` being built: the one it is reserved for, or a waiting lease of the type. */
+  async demandFor(type: string, blueprint: string, reservedFor: string | null): Promise<boolean> {
+    return (await this.db.query(this.sql.demandFor, [type, blueprint, reservedFor])).length > 0;
+  }
+
+  // --- the workers' other writes ------------------------------------------------------
+
+  /** A requeued lease no longer counts on its resource. */
+  async uncountLease(unit: Unit, resourceId: string): Promise<void> {
+    await unit.sql.query(this.sql.uncountLease, [resourceId]);
+  }
+
+  /** Marks an active resource idle from now, if it has no lease and no mark yet. */
+  async markIdle(unit: Unit, resourceId: string): Promise<void> {
+    await unit.sql.execute(this.sql.markIdle, [resourceId, toDb(unit.now)]);
+  }
+
+  /** A resource's status, reservation and lease count, read under its row lock (a reclaim decides on them). */
+  async lockResource(unit: Unit, id: string): Promise<{ status: ResourceStatus; reservedFor: string | null; leaseCount: number } | null> {
+    const [row] = await unit.sql.query(this.sql.lockResource, [id]);
+    return row ? { status: row.status, reservedFor: row.reserved_for ?? null, leaseCount: Number(row.lease_count ?? 0) } : null;
+  }
+
+  /**
+   * One statement: acquired → active, unless the lease expired by `unit.now`, its resource
+   * is no longer active, or a release or break waits for it (see `activationGuard`).
+   */
+  async activateLease(unit: Unit, leaseId: string, resource: ResourceRow, sets: Sets, logs: LogInsert[]): Promise<LeaseRow | null> {
+    const result = await this.casIf(unit, 'lease', leaseId, 'acquired', 'active', sets, {
+      guard: (p) => this.sql.activationGuard(p, leaseId, resource.id, toDb(unit.now)),
+      logs,
+      resource,
+    });
+    return result?.row ?? null;
+  }
+
+  /**
+   * One statement: the lease is destroyed, its slot locks go, a reservation it held goes
+   * back (`freed`), and its resource counts one lease fewer (`left`: what it is now).
+   */
+  async destroyLease(unit: Unit, leaseId: string, from: LeaseStatus, logs: LogInsert[]): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: { id: string; status: ResourceStatus; leaseCount: number; type: string; blueprint: string } | null }> {
+    const { also } = await this.casWith(unit, 'lease', leaseId, from, 'destroyed', { phase: null, phase_attempts: 0 }, {
+      logs,
+      also: [
+        { name: 'slots', sql: this.sql.destroyedLeaseSlots },
+        { name: 'freed', returning: true, sql: this.sql.destroyedLeaseFreed },
+        { name: 'counted', returning: true, sql: (p) => this.sql.destroyedLeaseCounted(p, toDb(unit.now)) },
+      ],
+    });
+    const left = also.counted[0];
+    return { freed: also.freed, left: left ? { id: left.id, status: left.status, leaseCount: Number(left.lease_count), type: left.type, blueprint: left.blueprint } : null };
+  }
+
+  /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */
+  consumedWith(commandId: number, now: DateTime): AlsoWrite {
+    return { name: 'consumed', sql: (p) => this.sql.consumedWith(p, commandId, toDb(now)) };
+  }
+
+  /** The guard of an idle expiry: no lease was acquired or reserved since the read. */
+  readonly idleGuard = () => this.sql.idleGuard();
+
+  // --- child leases --------------------------------------------------------------------
+
+  /** The child lease a resource took under `key`, if any (the newest). */
+  async childLease(resourceId: string, key: string): Promise<LeaseRow | null> {
+    const [row] = await this.db.query(this.sql.childLease, [resourceId, key]);
+    return row ? mapLease(row) : null;
+  }
+
+  /** The ids of a resource's child leases that are not on their way out yet. */
+  async liveChildLeases(unit: Unit, resourceId: string): Promise<string[]> {
+    return (await unit.sql.query(this.sql.liveChildLeases, [resourceId])).map((r) => r.id as string);
+  }
+
+  // --- the public API's reads --------------------------------------------------------
+
+  async listLeases(q: { statuses: string[] | null; type?: string; owner?: string; resource?: string }): Promise<LeaseRow[]> {
+    return (await this.db.query(this.sql.listLeases, [q.statuses, q.type ?? null, q.owner ?? null, q.resource ?? null])).map(mapLease);
+  }
+
+  async listResources(q: { statuses: string[] | null; type?: string; blueprint?: string }): Promise<ResourceRow[]> {
+    return (await this.db.query(this.sql.listResources, [q.statuses, q.type ?? null, q.blueprint ?? null])).map(mapResource);
+  }
+
+  /** Log rows, oldest first, raw (the broker renders them). */
+  async listLogs(f: { lease?: string; resource?: string; blueprint?: string; type?: string }): Promise<Array<Record<string, any>>> {
+    return this.db.query(this.sql.listLogs, [f.lease ?? null, f.resource ?? null, f.blueprint ?? null, f.type ?? null]);
+  }
+
+  /** Resources counted by blueprint, type, status and whether their destroy is under way, with the oldest status change of each group. */
+  async resourceCounts(): Promise<Array<{ blueprint: string; type: string; status: ResourceStatus; destroying: boolean; n: number; oldest: DateTime | null }>> {
+    return (await this.db.query(this.sql.resourceCounts)).map((r) => ({ blueprint: r.blueprint, type: r.type, status: r.status, destroying: Boolean(r.destroying), n: Number(r.n), oldest: fromDb(r.oldest) }));
+  }
+
+  /** Leases counted by type and status, with the oldest status change of each group. */
+  async leaseCounts(): Promise<Array<{ type: string; status: LeaseStatus; n: number; oldest: DateTime | null }>> {
+    return (await this.db.query(this.sql.leaseCounts)).map((r) => ({ type: r.type, status: r.status, n: Number(r.n), oldest: fromDb(r.oldest) }));
   }
 }
 

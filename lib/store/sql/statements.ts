@@ -4,6 +4,10 @@
  * comment above each says why it is safe under concurrency.
  */
 
+import { allocationWrites } from './allocation-writes.js';
+import { casWrites } from './cas-writes.js';
+import { queries } from './queries.js';
+
 export function quoteIdent(name: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name)) throw new Error(`not a valid schema name: ${name}`);
   return `"${name}"`;
@@ -23,6 +27,9 @@ const ASYNC_COMMIT = `set_config('synchronous_commit', 'off', true) = 'off'`;
 export function statements(schema: string) {
   const S = quoteIdent(schema);
   return {
+    ...queries(S),
+    ...allocationWrites(S),
+    ...casWrites(S),
     // Plain reads; the EXISTS tells the object's worker whether commands wait for it,
     // saving a second round trip on every pass.
     leaseWithCommands: `

@@ -1,0 +1,44 @@
+import type { Params } from '../params.js';
+
+/**
+ * Fragments of one-statement compare-and-set writes (`Store.cas`): guards and the further
+ * writes of the same statement, which see the updated row as `upd`. Being one statement,
+ * each is all or nothing with its status change.
+ */
+export function casWrites(S: string) {
+  return {
+    // The late result of activateLease never activates a lease that expired, whose resource
+    // is no longer active, or that a release or break waits for. FOR SHARE holds the
+    // resource's status until this commits: a break after it sees the lease active.
+    activationGuard: (p: Params, leaseId: string, resourceId: string, now: unknown) => `(expires_at IS NULL OR expires_at > ${p.add(now)}::timestamptz)
+        AND EXISTS (SELECT 1 FROM ${S}.resources r WHERE r.id = ${p.add(resourceId)} AND r.status = 'active' FOR SHARE)
+        AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = ${p.add(leaseId)}
+                        AND c.consumed_at IS NULL AND c.command IN ('release', 'break'))`,
+    // Idle expiry and reclaim: a lease acquired since the read keeps the resource.
+    idleGuard: () => 'lease_count = 0 AND reserved_for IS NULL',
+    // The acquisition's `taken` and `conflicts` (Store.takeResource) decide it.
+    acquisitionGuard: () => 'EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM conflicts)',
+    // A reservation the acquired lease held on another resource goes back to the pool. A
+    // hand-off that committed while the statement waited for the lease's row lock is not
+    // in its snapshot; its pointer is, in the re-read lease row (`upd.allocating_resource_id`).
+    // Matching that resource by id makes Postgres re-read it too, and the CASE clears the
+    // reservation in its newest version.
+    acquisitionFreed: (p: Params, resourceId: string) => `UPDATE ${S}.resources
+        SET reserved_for = CASE WHEN reserved_for = (SELECT id FROM upd) THEN NULL ELSE reserved_for END
+        WHERE (id = (SELECT allocating_resource_id FROM upd) OR reserved_for = (SELECT id FROM upd)) AND id <> ${p.add(resourceId)}
+        RETURNING type, blueprint, reserved_for IS NULL AS free`,
+    // A destroyed lease's slot locks go with it.
+    destroyedLeaseSlots: () => `DELETE FROM ${S}.slot_locks WHERE holder_kind = 'lease' AND holder_id = (SELECT id FROM upd)`,
+    // ... and a reservation it held on a resource other than its own goes to the next waiter.
+    destroyedLeaseFreed: () => `UPDATE ${S}.resources SET reserved_for = NULL
+        WHERE reserved_for = (SELECT id FROM upd) AND id IS DISTINCT FROM (SELECT resource_id FROM upd) RETURNING type, blueprint`,
+    // ... and its resource counts one lease fewer, idle from now if it was the last (under its row lock).
+    destroyedLeaseCounted: (p: Params, now: unknown) => `UPDATE ${S}.resources r SET lease_count = r.lease_count - 1,
+          idle_since = CASE WHEN r.lease_count = 1 THEN ${p.add(now)}::timestamptz ELSE r.idle_since END
+        FROM upd WHERE r.id = upd.resource_id
+        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint`,
+    // A command consumed in the statement of the CAS it causes: exactly once (consumed_at IS NULL), and only if the CAS applied.
+    consumedWith: (p: Params, commandId: number, now: unknown) =>
+      `UPDATE ${S}.commands SET consumed_at = ${p.add(now)}::timestamptz, outcome = 'applied' WHERE id = ${p.add(commandId)} AND consumed_at IS NULL AND EXISTS (SELECT 1 FROM upd)`,
+  };
+}
