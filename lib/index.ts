@@ -1,5 +1,5 @@
-export { createBroker } from './broker.js';
-export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, LeaseQuery, ResourceQuery } from './broker.js';
+export { createBroker } from './broker/index.js';
+export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, LeaseQuery, ResourceQuery } from './broker/index.js';
 export type { BrokerEvents, LeaseEvent, ResourceEvent } from './broker-events.js';
 export { defineBlueprint, defaultAllocationLimit } from './blueprint/define-blueprint.js';
 export type * from './blueprint/contract.js';

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DateTime, Duration } from 'luxon';
-import { internals, type Broker } from '../lib/broker.js';
+import { internals, type Broker } from '../lib/broker/index.js';
 import { createBroker, defineBlueprint, SlipwayError, ValidationError, type Lease, type LeaseHandle } from '../lib/index.js';
 import { createTestBroker, fakeBlueprint, type TestBroker } from '../lib/testing/index.js';
 import { localHosts } from '../blueprints/index.js';

@@ -1,4 +1,4 @@
-import { internals, type Broker } from '../lib/broker.js';
+import { internals, type Broker } from '../lib/broker/index.js';
 import { createBroker, UnknownTypeError, ValidationError } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, testBroker, track } from './helpers/broker.js';

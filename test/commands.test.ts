@@ -1,4 +1,4 @@
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { NotFoundError } from '../lib/index.js';
 import { fakeBlueprint, type TestBroker } from '../lib/testing/index.js';
 import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';

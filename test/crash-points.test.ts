@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createBroker, type Broker } from '../lib/index.js';
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { CRASH_POINTS, type CrashPoint } from '../lib/engine/crash-points.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import type { DatabaseOptions } from '../lib/store/open.js';

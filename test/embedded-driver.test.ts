@@ -1,7 +1,7 @@
 import { PGlite } from '@electric-sql/pglite';
 import { DataSource, type QueryRunner } from 'typeorm';
 import { PGliteDriver } from 'typeorm-pglite';
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { createDb, type Db } from '../lib/store/db.js';
 import { pgliteDriver } from '../lib/store/embedded-driver.js';

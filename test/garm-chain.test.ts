@@ -1,4 +1,4 @@
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import {
   createBroker,
   defineBlueprint,

@@ -1,4 +1,4 @@
-import { internals, type Broker } from '../lib/broker.js';
+import { internals, type Broker } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
 import { longRuns, tier } from './helpers/tier.js';

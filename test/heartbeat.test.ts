@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { createBroker, type Broker } from '../lib/index.js';
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';

@@ -1,4 +1,4 @@
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { systemClock, type Clock } from '../lib/clock.js';
 import { createBroker, LeaseNotActiveError, SlipwayError, type Broker, type Lease } from '../lib/index.js';
 import { watching } from '../lib/lease-signal.js';

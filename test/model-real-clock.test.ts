@@ -58,7 +58,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
 import { DateTime } from 'luxon';
-import { internals, type BrokerOptions } from '../lib/broker.js';
+import { internals, type BrokerOptions } from '../lib/broker/index.js';
 import { toDb } from '../lib/time.js';
 import { guardBrokers, realBroker } from './helpers/broker.js';
 import { CONCURRENCY, envInt, envSeed, ModelHarness, removeDataDirs, RESOURCE_HOOKS, scenarioOf, type Config, type FaultKind, type FaultRecord, type Hook, type Scenario, type Snapshot } from './helpers/model.js';

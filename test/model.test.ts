@@ -95,7 +95,7 @@ import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
 import { DateTime } from 'luxon';
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { Store } from '../lib/store/store.js';
 import { ManualClock, type TestBroker } from '../lib/testing/index.js';
 import { toDb } from '../lib/time.js';

@@ -1,5 +1,5 @@
 import { createBroker } from '../lib/index.js';
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, testBroker, track } from './helpers/broker.js';
 import { gate } from './helpers/pump.js';

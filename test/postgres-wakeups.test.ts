@@ -1,5 +1,5 @@
 import { createBroker, type Broker, type BrokerOptions, type Logger } from '../lib/index.js';
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';

@@ -1,5 +1,5 @@
 import { DateTime } from 'luxon';
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,4 +1,4 @@
-import { internals } from '../lib/broker.js';
+import { internals } from '../lib/broker/index.js';
 import { IllegalTransitionError, LEASE_TRANSITIONS, RESOURCE_TRANSITIONS, isLegalTransition } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, testBroker } from './helpers/broker.js';

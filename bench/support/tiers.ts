@@ -3,7 +3,7 @@ import pg from 'pg';
 import type { Broker, DatabaseOptions } from '../../lib/index.js';
 // The in-memory embedded database has no door but the broker's own handle; the test
 // suite reaches it the same way (see lib/broker.ts `internals`). Used only to seed rows.
-import { internals } from '../../lib/broker.js';
+import { internals } from '../../lib/broker/index.js';
 import { postgresBin, startPostgres, type ThrowawayPostgres } from '../../test/helpers/postgres.js';
 import type { TierName } from './config.js';
 

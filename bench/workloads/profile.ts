@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { internals } from '../../lib/broker.js';
+import { internals } from '../../lib/broker/index.js';
 import { createBroker, type Broker, type DatabaseOptions } from '../../lib/index.js';
 import { fakeBlueprint } from '../../lib/testing/index.js';
 import type { BenchConfig } from '../support/config.js';

@@ -216,3 +216,22 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
     },
   };
 }
+
+/** For a write that is run again after an unknown outcome: swallows that error only. */
+export function unlessOutcomeUnknown(error: unknown): null {
+  if (error instanceof CommitOutcomeUnknownError) return null;
+  throw error;
+}
+
+/**
+ * Runs an idempotent write, and once more if the connection died while it ran (its
+ * outcome unknown): the second run finds what the first may have written.
+ */
+export async function writeAgainIfUnknown<T>(write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    if (!(error instanceof CommitOutcomeUnknownError)) throw error;
+    return write();
+  }
+}

@@ -1,4 +1,4 @@
-import { createBroker, internals, type Broker, type BrokerOptions } from '../broker.js';
+import { createBroker, internals, type Broker, type BrokerOptions } from '../broker/index.js';
 import { ValidationError } from '../errors/validation-error.js';
 import { ID_SOURCE, type IdSource } from '../store/store.js';
 import { ManualClock } from './manual-clock.js';

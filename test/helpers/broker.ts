@@ -1,4 +1,4 @@
-import { createBroker, internals, type Broker, type BrokerOptions } from '../../lib/broker.js';
+import { createBroker, internals, type Broker, type BrokerOptions } from '../../lib/broker/index.js';
 import { createTestBroker, type TestBroker } from '../../lib/testing/index.js';
 import { testDatabase } from './tier.js';
 

@@ -11,7 +11,7 @@ import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { internals, type Broker } from '../../lib/broker.js';
+import { internals, type Broker } from '../../lib/broker/index.js';
 import type { Blueprint } from '../../lib/blueprint/contract.js';
 import { HOOKS, type HookName } from '../../lib/blueprint/timeouts.js';
 import { RetryLater } from '../../lib/errors/retry-later.js';

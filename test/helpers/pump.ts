@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { internals } from '../../lib/broker.js';
+import { internals } from '../../lib/broker/index.js';
 import type { TestBroker } from '../../lib/testing/index.js';
 
 /** Runs the test broker's workers until `promise` settles (acquire() and release() wait on the workers). */

@@ -1,0 +1,36 @@
+import type { Logger } from '../engine/runtime.js';
+import { channelFor, Listener } from '../store/notifier.js';
+import type { BrokerContext } from './context.js';
+
+/**
+ * On Postgres, the LISTEN connection that hears the other brokers of the schema: work
+ * became due (wake the workers), or leases they moved (re-read the ones watched here).
+ * Null on the embedded database, which has one broker. Hints are only hints: the sweep
+ * and the waits' slow re-read cover any that is lost.
+ */
+export async function listenForHints(ctx: BrokerContext, workerId: string, logger: Logger): Promise<Listener | null> {
+  const { database } = ctx.settings;
+  if (!('url' in database)) return null;
+  const listener = new Listener({
+    url: database.url,
+    channel: channelFor(ctx.store.db.schema),
+    applicationName: database.applicationName ?? 'slipway',
+    onHint(hint) {
+      if (hint.from === workerId) return;
+      if (hint.work) ctx.engine?.poke();
+      if (hint.leases === null) ctx.leaseHints.emit('*');
+      else for (const id of hint.leases) ctx.leaseHints.emit(id);
+    },
+    onConnected(again) {
+      if (!again) return;
+      logger.info({}, 'slipway: LISTEN connection is back');
+      ctx.engine?.poke();
+      ctx.leaseHints.emit('*');
+    },
+    onLost(error, retryInMs) {
+      logger.warn({ err: error, retryInMs }, 'slipway: LISTEN connection lost; reconnecting (the sweep covers the gap)');
+    },
+  });
+  await listener.start();
+  return listener;
+}

@@ -1,0 +1,140 @@
+import type { Blueprint } from '../blueprint/contract.js';
+import { crashPoint } from '../engine/crash-points.js';
+import { submitLease, type LeaseOrigin } from '../engine/submit.js';
+import { AbortError } from '../errors/abort-error.js';
+import { BrokerClosedError } from '../errors/broker-closed-error.js';
+import { LeaseBrokenError } from '../errors/lease-broken-error.js';
+import { LeaseTimeoutError } from '../errors/lease-timeout-error.js';
+import { SlipwayError } from '../errors/slipway-error.js';
+import { UnknownTypeError } from '../errors/unknown-type-error.js';
+import { ValidationError } from '../errors/validation-error.js';
+import { checkOptions, optionalSignal } from '../model/call-arguments.js';
+import type { Lease, LeaseHandle } from '../model/lease.js';
+import { normalizeSpec, type LeaseSpec, type NormalizedSpec } from '../model/spec.js';
+import { LEASE_STATE_FLAGS } from '../model/states.js';
+import type { LeaseRow, LeaseWithResource } from '../store/store.js';
+import { humanDuration, parseDuration, type DurationInput } from '../time.js';
+import { writeCommand } from './commands.js';
+import type { BrokerContext } from './context.js';
+import { leaseObject } from './lease-object.js';
+import { releaseAndWait, SETTLED, watchLease } from './waiter.js';
+
+/**
+ * Runs a public call: refused at once on a closed broker, and an error it meets because
+ * the broker closed while it ran (the database went away under it) is reported as
+ * BrokerClosedError, with that error as the cause.
+ */
+export function liveCall(ctx: BrokerContext) {
+  return async <T>(call: () => Promise<T>): Promise<T> => {
+    if (ctx.closed) throw new BrokerClosedError();
+    try {
+      return await call();
+    } catch (error) {
+      if (ctx.closed && !(error instanceof SlipwayError)) throw new BrokerClosedError({ cause: error });
+      throw error;
+    }
+  };
+}
+
+function checkSpecAgainstRegistry(blueprints: Map<string, Blueprint<any, any, any>>, spec: NormalizedSpec) {
+  if (blueprints.size === 0) return;
+  const ofType = [...blueprints.values()].filter((b) => b.type === spec.type);
+  if (ofType.length === 0) throw new UnknownTypeError(spec.type, [...new Set([...blueprints.values()].map((b) => b.type))]);
+  for (const name of spec.blueprints ?? []) {
+    const b = blueprints.get(name);
+    if (!b) throw new ValidationError('spec.blueprints', `unknown blueprint "${name}" (known: ${[...blueprints.keys()].join(', ')})`);
+    if (b.type !== spec.type) throw new ValidationError('spec.blueprints', `blueprint "${name}" serves type "${b.type}", not "${spec.type}"`);
+    // The lease is typed by the object given: it must be the one that will serve it.
+    const given = spec.blueprintObjects.get(name);
+    if (given && given !== b) throw new ValidationError('spec.blueprints', `the blueprint "${name}" given is not the one this broker was created with (pass that object, or its name)`);
+  }
+}
+
+/** Records a lease of this broker's API or of a resource's hook (a child lease): refused on a closed broker or for a type no blueprint serves. */
+export async function recordLease(ctx: BrokerContext, spec: NormalizedSpec, origin: LeaseOrigin = {}, atOnce = false): Promise<LeaseRow> {
+  if (ctx.closed) throw new BrokerClosedError();
+  checkSpecAgainstRegistry(ctx.settings.blueprints, spec);
+  return submitLease(ctx.runtime, ctx.engine, spec, origin, atOnce);
+}
+
+export async function whenActive(ctx: BrokerContext, id: string, opts: { timeout?: DurationInput; signal?: AbortSignal; justRequested?: boolean } = {}): Promise<Lease> {
+  const { store } = ctx;
+  const { clock } = ctx.settings;
+  const timeout = opts.timeout === undefined ? undefined : parseDuration(opts.timeout, 'timeout');
+  optionalSignal(opts.signal, 'signal');
+  const giveUp = () => writeCommand(ctx, 'lease', id, 'release', { reason: 'not active in time' }, 'acquire').catch(() => undefined);
+  const timeoutText = (l: LeaseRow) => humanDuration(timeout ?? l.deadlineAt!.diff(l.createdAt));
+  const row = await watchLease<LeaseWithResource, LeaseWithResource>(
+    ctx,
+    id,
+    (l) => {
+      if (l.status === 'active') {
+        // Activated just before its expiry and read after it: its worker releases it now; never hand it over.
+        if (l.expiresAt && l.expiresAt <= clock.now()) return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt.toISO()} as it became active`) };
+        return { value: l };
+      }
+      if (l.status === 'broken' || (l.status === 'destroyed' && l.brokenReason)) return { error: new LeaseBrokenError(id, l.brokenReason ?? 'broken', { cause: l.brokenReason }) };
+      if (l.status === 'released' || l.status === 'destroyed') {
+        // Its own worker released it at its deadline: the same error as this watcher's own timer gives.
+        if (l.endCause === 'timeout') return { error: new LeaseTimeoutError(id, timeoutText(l), { released: true, lastFailure: l.lastFailure }) };
+        if (l.endCause === 'expired') return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt?.toISO()} before it became active`) };
+        return { error: new LeaseBrokenError(id, 'it was released before it became active') };
+      }
+      return null;
+    },
+    {
+      timeout,
+      signal: opts.signal,
+      onTimeout: async () => {
+        await giveUp();
+        // What the lease is now: released already (by its worker at the same deadline), or only asked to be.
+        const now = await store.lease(id).catch(() => null);
+        const released = !!now && !LEASE_STATE_FLAGS[now.status].live;
+        return new LeaseTimeoutError(id, humanDuration(timeout!), { released, lastFailure: now?.lastFailure ?? null });
+      },
+      onAbort: () => (void giveUp(), new AbortError(`lease ${id}: aborted before it became active`, { cause: opts.signal?.reason })),
+      read: (leaseId) => store.leaseWithResource(leaseId),
+      // The worker that activated the lease in this process had both rows.
+      fromEvent: (e) => (e.row && e.resource ? { ...(e.row as LeaseRow), resource: e.resource } : null),
+      decisive: SETTLED,
+      skipFirstRead: opts.justRequested,
+    },
+  );
+  return leaseObject(ctx, row, row.resource);
+}
+
+/** Records a lease request; the caller watches it. */
+async function request(ctx: BrokerContext, spec: LeaseSpec, atOnce = false) {
+  const normalized = normalizeSpec(spec, { now: ctx.settings.clock.now() });
+  // No acquire timeout and no abort signal: hooks run inline cannot honour either.
+  const row = await recordLease(ctx, normalized, {}, atOnce && !normalized.timeout && !normalized.signal);
+  crashPoint('acquire.recorded');
+  const activeOptions = (opts: { timeout?: DurationInput; signal?: AbortSignal }) => ({ timeout: opts.timeout ?? normalized.timeout ?? undefined, signal: opts.signal ?? normalized.signal });
+  return { id: row.id, activeOptions };
+}
+
+export async function requestLease(ctx: BrokerContext, spec: LeaseSpec): Promise<LeaseHandle> {
+  const live = liveCall(ctx);
+  const { id, activeOptions } = await request(ctx, spec);
+  let gone = false;
+  const release = async (opts?: { wait?: boolean }) => {
+    await releaseAndWait(ctx, id, opts);
+    if (opts?.wait !== false) gone = true;
+  };
+  return {
+    id,
+    whenActive: (options) => live(() => whenActive(ctx, id, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal }))),
+    status: () => live(async () => (await ctx.store.lease(id))!.status),
+    release: (opts) => live(() => release(opts)),
+    // Seen destroyed already: nothing to release, also after close.
+    [Symbol.asyncDispose]: () => (gone ? Promise.resolve() : live(() => release())),
+  };
+}
+
+/** `acquire()`: one implementation for both overloads; the typed one only narrows what the caller sees. */
+export async function acquire(ctx: BrokerContext, spec: LeaseSpec): Promise<Lease> {
+  const { id, activeOptions } = await request(ctx, spec, true);
+  // Nothing can have moved the lease since its insert returned: no statement completes
+  // between here and the watch starting, so the watch skips its first read.
+  return whenActive(ctx, id, { ...activeOptions({}), justRequested: true });
+}

@@ -1,0 +1,94 @@
+import type { Blueprint } from '../blueprint/contract.js';
+import type { BrokerEvents } from '../broker-events.js';
+import type { Clock } from '../clock.js';
+import type { LogEntry } from '../logs/log-types.js';
+import type { Lease, LeaseAttributesOf, LeaseHandle, LeaseOf, LeaseRecord, NoAttributes, ResourceAttributesOf, ResourceRecord, TypedLeaseSpec } from '../model/lease.js';
+import type { JsonObject, LeaseSpec } from '../model/spec.js';
+import type { LeaseStatus, ResourceStatus } from '../model/states.js';
+import type { GcResult } from '../store/gc.js';
+import type { DurationInput } from '../time.js';
+
+/** The public face of a broker: what `createBroker` returns, and the shapes of its reads. */
+
+export interface LeaseQuery {
+  status?: LeaseStatus | LeaseStatus[];
+  type?: string;
+  owner?: string;
+  resource?: string;
+}
+
+export interface ResourceQuery {
+  status?: ResourceStatus | ResourceStatus[];
+  type?: string;
+  blueprint?: string;
+}
+
+export interface BlueprintStats {
+  type: string;
+  resources: Record<ResourceStatus, number>;
+  /** Resources still being built (`pending`). */
+  allocating: number;
+  /** `pending` + `active`: what counts as capacity. */
+  live: number;
+  /** `released` + `broken`: on the way out, never capacity. */
+  deletionLane: number;
+  /** Deletion-lane resources whose destroy hook has been tried at least once. */
+  destroying: number;
+  /** Age in milliseconds of the oldest resource in each transitional state. */
+  oldestAgeMs: Partial<Record<'pending' | 'released' | 'broken' | 'destroying', number>>;
+  /**
+   * Builds that failed in a row (a hook or a policy function threw), the last error, and
+   * until when no new allocation of this blueprint starts; null once a resource of it
+   * activates again.
+   */
+  failures: { streak: number; lastError: string; lastFailureAt: string; retryAt: string } | null;
+}
+
+export interface TypeStats {
+  leases: Record<LeaseStatus, number>;
+  /** Pending leases: the waiting queue. */
+  waiting: number;
+  live: number;
+  deletionLane: number;
+  oldestAgeMs: Partial<Record<'pending' | 'acquired' | 'released' | 'broken', number>>;
+}
+
+export interface BrokerStats {
+  blueprints: Record<string, BlueprintStats>;
+  types: Record<string, TypeStats>;
+}
+
+export interface Broker extends AsyncDisposable {
+  readonly clock: Clock;
+  /**
+   * Requests a lease and resolves once it is active. With `spec.blueprints` given as
+   * blueprint objects (`blueprints: [local]`), the lease's `attributes` and
+   * `resource.attributes` have the types those blueprints declare.
+   */
+  acquire<A extends JsonObject = NoAttributes, B extends Blueprint<any, any, any> = Blueprint<any, any, any>>(spec: TypedLeaseSpec<A, B>): Promise<LeaseOf<B, A>>;
+  acquire<A extends JsonObject = JsonObject>(spec: LeaseSpec<A>): Promise<Lease<A & JsonObject>>;
+  /** Requests a lease and returns its handle as soon as the request is recorded; typed like `acquire`. */
+  requestLease<A extends JsonObject = NoAttributes, B extends Blueprint<any, any, any> = Blueprint<any, any, any>>(spec: TypedLeaseSpec<A, B>): Promise<LeaseHandle<A & LeaseAttributesOf<B>, ResourceAttributesOf<B>>>;
+  requestLease<A extends JsonObject = JsonObject>(spec: LeaseSpec<A>): Promise<LeaseHandle<A & JsonObject>>;
+  /** Writes a release command for a lease. */
+  release(leaseId: string, options?: { reason?: string; author?: string }): Promise<void>;
+  /** Writes a release command for a resource; its leases are released first. */
+  releaseResource(resourceId: string, options?: { reason?: string; author?: string }): Promise<void>;
+  /** Writes a reclaim command: an idle active resource is released, a leased one is left alone. */
+  reclaimResource(resourceId: string, options?: { author?: string }): Promise<void>;
+  /** Writes a break command: the resource breaks, its active leases break with the reason. */
+  breakResource(resourceId: string, reason: string, options?: { author?: string }): Promise<void>;
+  readonly leases: { get(id: string): Promise<LeaseRecord | null>; list(query?: LeaseQuery): Promise<LeaseRecord[]> };
+  readonly resources: { get(id: string): Promise<ResourceRecord | null>; list(query?: ResourceQuery): Promise<ResourceRecord[]> };
+  logs(filter?: { lease?: string; resource?: string; blueprint?: string; type?: string }): Promise<LogEntry[]>;
+  on<E extends keyof BrokerEvents>(event: E, listener: (payload: BrokerEvents[E]) => void): () => void;
+  stats(): Promise<BrokerStats>;
+  /**
+   * Deletes history older than `olderThan` (default: the broker's `retention`) now:
+   * destroyed leases and resources with their logs, and consumed commands. Live objects
+   * and their logs are never touched. Returns how many rows of each went.
+   */
+  gc(options?: { olderThan?: DurationInput }): Promise<GcResult>;
+  /** Stops claiming work, waits up to the grace period for hooks in flight, and keeps all state. Releases nothing. */
+  close(options?: { grace?: DurationInput }): Promise<void>;
+}
