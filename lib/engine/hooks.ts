@@ -9,7 +9,9 @@ import { ValidationError } from '../errors/validation-error.js';
 import { assertJson, type JsonObject } from '../model/spec.js';
 import { isPlainObject } from '../values.js';
 import type { LeaseRow, LogInsert, ResourceRow } from '../store/store.js';
-import { at, backoffDelay, type Outcome, type Runtime } from './runtime.js';
+import { at, backoffDelay, type HookResult, type Outcome, type Runtime } from './runtime.js';
+
+export type { HookResult } from './runtime.js';
 
 /** Thrown inside a hook by `ctx.acquireLease` while the child lease is not active yet: the object parks until the child moves. */
 export class WaitingForChild extends Error {
@@ -17,12 +19,6 @@ export class WaitingForChild extends Error {
     super(`waiting for child lease ${childId}`);
   }
 }
-
-export type HookResult<T> =
-  | { ok: true; value: T }
-  | { ok: false; kind: 'retry'; at: DateTime; reason: string }
-  | { ok: false; kind: 'child'; childId: string }
-  | { ok: false; kind: 'failed'; error: HookError };
 
 /**
  * Calls one blueprint hook, with no transaction open, and classifies what happened.

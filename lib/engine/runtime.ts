@@ -4,7 +4,7 @@ import type { Clock } from '../clock.js';
 import type { Lease } from '../model/lease.js';
 import type { NormalizedSpec } from '../model/spec.js';
 import type { LeaseRow, ResourceRow, Store } from '../store/store.js';
-import type { HookResult } from './hooks.js';
+import type { HookError } from '../errors/hook-error.js';
 
 /** A pino-compatible logger: only these methods are used. */
 export interface Logger {
@@ -54,6 +54,12 @@ export interface LeaseMoved {
 }
 
 /** A hook call that did not answer (see `callHook`). */
+export type HookResult<T> =
+  | { ok: true; value: T }
+  | { ok: false; kind: 'retry'; at: DateTime; reason: string }
+  | { ok: false; kind: 'child'; childId: string }
+  | { ok: false; kind: 'failed'; error: HookError };
+
 export type HookFailure = Exclude<HookResult<unknown>, { ok: true }>;
 
 export const REREAD = 'reread' as const;

@@ -1,5 +1,5 @@
 import { LEASE_STATUSES, RESOURCE_STATUSES } from '../../model/states.js';
-import type { Migration } from './index.js';
+import type { Migration } from './migration.js';
 
 const list = (values: readonly string[]) => values.map((v) => `'${v}'`).join(', ');
 

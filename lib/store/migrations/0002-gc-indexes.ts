@@ -1,4 +1,4 @@
-import type { Migration } from './index.js';
+import type { Migration } from './migration.js';
 
 /** Indexes that keep garbage collection a range scan however long the history grows. */
 export const gcIndexes: Migration = {

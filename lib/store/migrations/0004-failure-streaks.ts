@@ -1,4 +1,4 @@
-import type { Migration } from './index.js';
+import type { Migration } from './migration.js';
 
 /**
  * What lets a failing blueprint back off instead of rebuilding resources in a loop:
