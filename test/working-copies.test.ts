@@ -10,7 +10,6 @@ import { TestRepo } from './helpers/git-repo.js';
 import { recordingHosts } from './helpers/recording-hosts.js';
 
 guardBrokers();
-jest.setTimeout(60_000);
 
 let scratch: string;
 beforeAll(async () => {
