@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { workingCopies } from '../blueprints/index.js';
-import { LeaseBrokenError, type Broker, type JsonObject } from '../lib/index.js';
+import { LeaseBrokenError, ValidationError, type Broker, type JsonObject } from '../lib/index.js';
 import { guardBrokers, realBroker } from './helpers/broker.js';
 import { TestRepo } from './helpers/git-repo.js';
 import { recordingHosts } from './helpers/recording-hosts.js';
@@ -107,6 +107,66 @@ describe('workingCopies on localHosts, with real git', () => {
     expect(strict.resource.id).not.toBe(both.resource.id);
     await strict.release();
     expect(clones()).toBe(3);
+    await broker.close();
+  });
+});
+
+type Hostile = { kind: 'url' | 'dir' | 'commit' | 'branch' | 'ref' | 'stagingRef' | 'merges'; value: string; why: string };
+const corpus = JSON.parse(readFileSync(new URL('./fixtures/working-copies/hostile.json', import.meta.url), 'utf8')) as Hostile[];
+
+/** The attributes carrying one hostile value, and the field its ValidationError must name. */
+function hostileLease(h: Hostile, url: string): { attributes: JsonObject; field: string } {
+  const at = 'attributes.repositories."app"';
+  switch (h.kind) {
+    case 'dir':
+      return { attributes: { repositories: { [h.value]: { url } } }, field: 'attributes.repositories' };
+    case 'url':
+      return { attributes: { repositories: { app: { url: h.value } } }, field: `${at}.url` };
+    case 'merges':
+      return { attributes: { repositories: { app: { url, merges: [h.value] } } }, field: `${at}.merges[0]` };
+    default:
+      return { attributes: { repositories: { app: { url, [h.kind]: h.value } } }, field: `${at}.${h.kind}` };
+  }
+}
+
+/**
+ * Refused with a ValidationError naming `field`: either by the broker itself, at `acquire()`
+ * (a NUL, which Postgres cannot store, as `spec.attributes...`), or by the blueprint's
+ * canEverAllocate, whose ValidationError breaks the lease at once with its message as the reason.
+ */
+function refusedNaming(error: unknown, field: string): boolean {
+  const plain = (f: string) => f.replace(/^spec\./, '').replaceAll('"', '');
+  if (error instanceof ValidationError) return plain(error.field) === plain(field);
+  return error instanceof LeaseBrokenError && error.message.includes(`wc.canEverAllocate failed: ${field}: `);
+}
+
+describe('workingCopies: the hostile corpus', () => {
+  test('has at least 30 values', () => {
+    expect(corpus.length).toBeGreaterThanOrEqual(30);
+  });
+
+  test('every hostile value is refused with a ValidationError naming its field, before any process starts', async () => {
+    const { broker, repo, hosts } = await setup();
+    repo.commit({ 'a.txt': 'a\n' });
+    const refused: string[] = [];
+    for (const h of corpus) {
+      const { attributes, field } = hostileLease(h, repo.url);
+      const error = await acquire(broker, attributes).catch((e: unknown) => e);
+      if (!refusedNaming(error, field)) refused.push(`${h.kind} ${JSON.stringify(h.value)} (${h.why}): ${String(error)}`);
+    }
+    expect(refused).toEqual([]);
+    expect(hosts.commands).toEqual([]);
+    expect(await broker.resources.list({ type: 'working-copy' })).toHaveLength(0);
+    await broker.close();
+  });
+});
+
+describe('workingCopies: credentials', () => {
+  test('a URL\'s credentials are redacted from the error that refuses it', async () => {
+    const { broker } = await setup();
+    const error = await acquire(broker, { repositories: { app: { url: 'ftp://deploy:s3cret@example.com/repo.git' } } }).catch((e: unknown) => e);
+    expect(String((error as Error).message)).toContain('ftp://***@example.com/repo.git');
+    expect(String((error as Error).message)).not.toContain('s3cret');
     await broker.close();
   });
 });
