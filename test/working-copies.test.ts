@@ -170,3 +170,26 @@ describe('workingCopies: credentials', () => {
     await broker.close();
   });
 });
+
+describe('workingCopies: the seed burst', () => {
+  test('5 commits land, 5 leases at once on maxResources: 1: one clone, and each lease gets its own commit', async () => {
+    const { broker, repo, clones } = await setup({ maxResources: 1 });
+    const commits = [1, 2, 3, 4, 5].map((i) => repo.commit({ 'BUILD': `${i}\n` }));
+    const seen = await Promise.all(
+      commits.map(async (commit) => {
+        const lease = await acquire(broker, { repositories: { app: { url: repo.url, commit } } });
+        const content = read(lease, 'app/BUILD');
+        const head = (lease.attributes.repositories as any).app.head;
+        await lease.release();
+        return { commit, head, content };
+      }),
+    );
+    seen.forEach(({ commit, head, content }, i) => {
+      expect(head).toBe(commit);
+      expect(content).toBe(`${i + 1}\n`);
+    });
+    expect(clones()).toBe(1);
+    expect(await broker.resources.list({ type: 'working-copy' })).toHaveLength(1);
+    await broker.close();
+  });
+});
