@@ -36,7 +36,18 @@ export interface HookContext<Config> {
   log(type: string, data?: JsonObject): Promise<void>;
 }
 
-export interface ResourceContext<Config, ResourceAttrs extends JsonObject> extends HookContext<Config> {
+/** What every context bound to a resource offers: its hooks, its leases' hooks and their interface factories. */
+export interface ResourceBound {
+  /**
+   * The active child lease this resource took in `allocateResource` with
+   * `ctx.acquireLease(spec, { key })`, found by that key: how a working copy's lease hooks
+   * and interfaces reach the host it lives on. Throws a ValidationError when the resource
+   * has no child of that key, and a LeaseNotActiveError when the child is not active.
+   */
+  childLease(key: string): Promise<Lease>;
+}
+
+export interface ResourceContext<Config, ResourceAttrs extends JsonObject> extends HookContext<Config>, ResourceBound {
   resource: ResourceView<ResourceAttrs>;
 }
 
@@ -69,7 +80,7 @@ export interface LeaseContext<Config, LeaseAttrs extends JsonObject> extends Hoo
 }
 
 export interface LeaseOnResourceContext<Config, ResourceAttrs extends JsonObject, LeaseAttrs extends JsonObject>
-  extends LeaseContext<Config, LeaseAttrs> {
+  extends LeaseContext<Config, LeaseAttrs>, ResourceBound {
   resource: ResourceView<ResourceAttrs>;
 }
 

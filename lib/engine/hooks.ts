@@ -6,9 +6,11 @@ import { HookTimeoutError } from '../errors/hook-timeout-error.js';
 import { hookCrashPoint } from './crash-points.js';
 import { RetryLater } from '../errors/retry-later.js';
 import { ValidationError } from '../errors/validation-error.js';
+import { LeaseNotActiveError } from '../errors/lease-not-active-error.js';
 import { assertJson, type JsonObject } from '../model/spec.js';
 import { isPlainObject } from '../values.js';
 import type { LeaseRow, LogInsert, ResourceRow } from '../store/store.js';
+import type { Lease } from '../model/lease.js';
 import { at, backoffDelay, type HookResult, type Outcome, type Runtime } from './runtime.js';
 
 export type { HookResult } from './runtime.js';
@@ -223,7 +225,19 @@ export function baseContext(rt: Runtime, blueprint: Blueprint<any, any, any>, ta
         await rt.store.log(u, { type, data, blueprint: blueprint.name, lease: target.lease ?? null, resource: target.resource ?? null });
       });
     },
+    // Only resource-bound contexts declare it; elsewhere there is no resource to ask.
+    childLease: (key: string): Promise<Lease> =>
+      target.resource === undefined ? Promise.reject(new ValidationError('childLease', 'this hook is bound to no resource')) : activeChildLease(rt, target.resource, key),
   };
+}
+
+/** `ctx.childLease(key)`: the active child lease a resource took with `ctx.acquireLease(spec, { key })`. */
+async function activeChildLease(rt: Runtime, resourceId: string, key: string): Promise<Lease> {
+  if (typeof key !== 'string' || key === '') throw new ValidationError('key', 'must be a non-empty string naming a child lease');
+  const child = await rt.store.childLease(resourceId, key);
+  if (!child) throw new ValidationError('key', `resource ${resourceId} has no child lease "${key}"`);
+  if (child.status !== 'active') throw new LeaseNotActiveError(child.id, child.status === 'broken' ? 'broken' : 'released');
+  return rt.leaseObject(child);
 }
 
 /**
