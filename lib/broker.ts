@@ -29,7 +29,7 @@ import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATU
 import type { Db } from './store/db.js';
 import { collectGarbage, type GcResult } from './store/gc.js';
 import { channelFor, Listener } from './store/notifier.js';
-import { checkDatabaseOptions, openDatabase, type DatabaseOptions } from './store/open.js';
+import { checkDatabaseOptions, listenConnection, openDatabase, type DatabaseOptions } from './store/open.js';
 import { mapLease, mapResource, Store, type LeaseRow, type LeaseWithResource, type NewLease, type ResourceRow, type StatusEvent, type Unit } from './store/store.js';
 import { CommitOutcomeUnknownError } from './store/db.js';
 import { fromDb, humanDuration, parseDuration, type DurationInput } from './time.js';
@@ -312,9 +312,9 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   const leaseHints = new EventEmitter();
   leaseHints.setMaxListeners(0);
   const listener =
-    'url' in database
+    'url' in database || 'dataSource' in database
       ? new Listener({
-          url: database.url,
+          url: listenConnection(database)!,
           channel,
           applicationName: database.applicationName ?? 'slipway',
           onHint(hint) {
