@@ -135,7 +135,7 @@ const identity = (name: string): EntitySchemaColumnOptions => ({ name, type: 'bi
 
 function entity<T>(entityName: string, schema: string, table: string, columns: Columns<T>): EntitySchema<T> {
   // The entity name carries the schema, so one DataSource can hold the entities of two schemas.
-  return new EntitySchema<T>({ name: schema === 'slipway' ? entityName : `${schema}.${entityName}`, schema, tableName: table, columns: columns as never, synchronize: false });
+  return new EntitySchema<T>({ name: schema === 'slipway' ? entityName : `${entityName}_${schema}`, schema, tableName: table, columns: columns as never, synchronize: false });
 }
 
 const cache = new Map<string, SlipwayEntities>();
