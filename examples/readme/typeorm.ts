@@ -9,6 +9,7 @@ const dataSource = new DataSource({
   url: process.env.SLIPWAY_DATABASE_URL!,
   entities: [...Object.values(slipway)],             // beside the app's own entities
   migrations: [...slipwayMigrations({ schema: 'slipway' })], // beside the app's own migrations
+  migrationsTableName: 'typeorm_migrations', // not `migrations`: slipway's ledger has that name
 });
 await dataSource.initialize();
 await dataSource.runMigrations();
