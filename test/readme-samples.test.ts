@@ -16,7 +16,7 @@ const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
 const { samples, unmarked, errors } = readmeSamples(readme);
 
 /** Samples that need a PostgreSQL server: run on the postgres tier, with its server. */
-const ON_POSTGRES = new Set(['examples/readme/postgres.ts']);
+const ON_POSTGRES = new Set(['examples/readme/postgres.ts', 'examples/readme/typeorm.ts']);
 const programs = samples.filter((s) => s.lang === 'ts' && !s.file.endsWith('.test.ts')).map((s) => s.file);
 /** And `npm run example`, the README's first command for a clone. */
 const QUICKSTART = 'examples/quickstart.ts';

@@ -1,5 +1,6 @@
 import type { Logger } from '../engine/runtime.js';
 import { channelFor, Listener } from '../store/notifier.js';
+import { listenConnection } from '../store/open.js';
 import type { BrokerContext } from './context.js';
 
 /**
@@ -10,11 +11,13 @@ import type { BrokerContext } from './context.js';
  */
 export async function listenForHints(ctx: BrokerContext, workerId: string, logger: Logger): Promise<Listener | null> {
   const { database } = ctx.settings;
-  if (!('url' in database)) return null;
+  // A DataSource of the app's: a dedicated client with its connection settings, not one of its pool.
+  const url = listenConnection(database);
+  if (!url) return null;
   const listener = new Listener({
-    url: database.url,
+    url,
     channel: channelFor(ctx.store.db.schema),
-    applicationName: database.applicationName ?? 'slipway',
+    applicationName: ('applicationName' in database ? database.applicationName : undefined) ?? 'slipway',
     onHint(hint) {
       if (hint.from === workerId) return;
       if (hint.work) ctx.engine?.poke();

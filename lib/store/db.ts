@@ -32,6 +32,8 @@ export interface Db extends Sql {
 export interface DbOptions {
   embedded: boolean;
   onClose?: () => Promise<void>;
+  /** The DataSource is the host app's (`database: { dataSource }`): close leaves it initialized. */
+  shared?: boolean;
   /**
    * How long a statement or unit of work keeps retrying while the server is
    * unreachable (a restart, a failover). 0 turns retrying off.
@@ -108,25 +110,31 @@ export class CommitOutcomeUnknownError extends Error {
 }
 
 export function createDb(dataSource: DataSource, schema: string, options: DbOptions): Db {
-  const { embedded, onClose, reconnectFor = 0, onOutage } = options;
+  const { embedded, onClose, shared = false, reconnectFor = 0, onOutage } = options;
   let closed = false;
   let outage = false;
 
   /**
-   * Borrows one connection from the pool TypeORM opened. Statements go to it directly:
-   * the hot path needs none of a QueryRunner's logging and event broadcasting, which
-   * cost as much as the statement itself on PGlite.
+   * One unit of work on a connection of TypeORM's pool, through a QueryRunner. Statements
+   * go to the runner's underlying connection (`connect()` resolves to the driver's own
+   * client: pg's, or our PGlite driver's) as named prepared statements: the hot path
+   * needs none of `runner.query`'s logging and event broadcasting, which cost as much as
+   * the statement itself on PGlite.
    */
   async function withClient<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
-    const pool = (dataSource.driver as unknown as { master?: { connect(cb: (err: unknown, client: PoolClient, release: (err?: unknown) => void) => void): void } }).master;
-    if (!pool) throw new Error('the database is closed');
-    const [client, release] = await new Promise<[PoolClient, (err?: unknown) => void]>((resolve, reject) =>
-      pool.connect((err, c, r) => (err ? reject(err) : resolve([c, r]))),
-    );
+    if (!dataSource.isInitialized) throw new Error('the database is closed');
+    const runner = dataSource.createQueryRunner('master');
     let failure: unknown;
     // A connection that dies while lent out reports it as an 'error' event (the pool
     // listens only to idle ones): note it, so the connection is dropped on release.
     const onError = (error: unknown) => (failure ??= error);
+    let client: PoolClient;
+    try {
+      client = (await runner.connect()) as PoolClient;
+    } catch (error) {
+      await runner.release().catch(() => undefined);
+      throw error;
+    }
     client.on?.('error', onError);
     try {
       return await work(client);
@@ -135,8 +143,11 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
       throw error;
     } finally {
       client.off?.('error', onError);
-      // A connection that failed goes back with its error, so the pool drops it instead of reusing it.
-      release(failure && isConnectionError(failure) ? failure : undefined);
+      // A connection that failed goes back with its error, so the pool drops it instead of
+      // reusing it. Only the Postgres runner's (private) release takes the error.
+      const dead = failure && isConnectionError(failure) ? failure : undefined;
+      const withError = (runner as unknown as { releasePostgresConnection?: (err?: unknown) => Promise<void> }).releasePostgresConnection;
+      await (dead && withError ? withError.call(runner, dead) : runner.release());
     }
   }
 
@@ -211,7 +222,7 @@ export function createDb(dataSource: DataSource, schema: string, options: DbOpti
       ),
     async close() {
       closed = true;
-      if (dataSource.isInitialized) await dataSource.destroy();
+      if (!shared && dataSource.isInitialized) await dataSource.destroy();
       await onClose?.();
     },
   };

@@ -26,23 +26,29 @@ async function readLedger(sql: Sql, schema: string): Promise<Set<number>> {
  * migrated is refused before anything is applied, and the transaction rolls back.
  */
 export async function migrate(db: Db): Promise<number[]> {
-  const s = quoteIdent(db.schema);
-  return db.transaction(async (tx) => {
-    await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`slipway:migrate:${db.schema}`]);
-    await tx.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
-    await tx.query(
-      `CREATE TABLE IF NOT EXISTS ${s}.migrations (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-    );
-    const done = await readLedger(tx, db.schema);
-    const applied: number[] = [];
-    for (const migration of MIGRATIONS) {
-      if (done.has(migration.id)) continue;
-      await migration.up(tx, s);
-      await tx.query(`INSERT INTO ${s}.migrations (id, name) VALUES ($1, $2)`, [migration.id, migration.name]);
-      applied.push(migration.id);
-    }
-    return applied;
-  });
+  return db.transaction((tx) => migrateOn(tx, db.schema));
+}
+
+/**
+ * `migrate`'s work inside a transaction the caller opened (slipwayMigrations runs it in
+ * TypeORM's): the migrations up to `upTo` (all when omitted) that the ledger lacks.
+ */
+export async function migrateOn(tx: Sql, schema: string, upTo = Infinity): Promise<number[]> {
+  const s = quoteIdent(schema);
+  await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`slipway:migrate:${schema}`]);
+  await tx.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+  await tx.query(
+    `CREATE TABLE IF NOT EXISTS ${s}.migrations (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+  );
+  const done = await readLedger(tx, schema);
+  const applied: number[] = [];
+  for (const migration of MIGRATIONS) {
+    if (migration.id > upTo || done.has(migration.id)) continue;
+    await migration.up(tx, s);
+    await tx.query(`INSERT INTO ${s}.migrations (id, name) VALUES ($1, $2)`, [migration.id, migration.name]);
+    applied.push(migration.id);
+  }
+  return applied;
 }
 
 /**

@@ -40,7 +40,8 @@ export function decodeHint(payload: string | undefined): Hint | null {
 }
 
 export interface ListenerOptions {
-  url: string;
+  /** A connection string, or pg's client options (those of a host app's DataSource). */
+  url: string | pg.ClientConfig;
   channel: string;
   applicationName: string;
   onHint(hint: Hint): void;
@@ -72,7 +73,8 @@ export class Listener {
 
   private async connect(): Promise<void> {
     if (this.stopped) return;
-    const client = new pg.Client({ connectionString: this.options.url, application_name: this.options.applicationName, connectionTimeoutMillis: 10_000, keepAlive: true });
+    const connection = typeof this.options.url === 'string' ? { connectionString: this.options.url } : this.options.url;
+    const client = new pg.Client({ ...connection, application_name: this.options.applicationName, connectionTimeoutMillis: 10_000, keepAlive: true });
     let failed = false;
     const lost = (error: unknown) => {
       if (failed) return;

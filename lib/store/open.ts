@@ -2,6 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
+import type { PostgresDataSourceOptions as PostgresConnectionOptions } from 'typeorm/driver/postgres/PostgresDataSourceOptions.js';
 import { ValidationError } from '../errors/validation-error.js';
 import { parseDuration, type DurationInput } from '../time.js';
 import { lockDataDir, type StaleLock } from './data-dir-lock.js';
@@ -41,9 +42,30 @@ export type DatabaseOptions =
       reconnectTimeout?: DurationInput;
       /** `application_name` of every connection, as seen in `pg_stat_activity`. @defaultValue 'slipway' */
       applicationName?: string;
+    }
+  | {
+      /**
+       * The host app's TypeORM DataSource: PostgreSQL (`type: 'postgres'`), already
+       * initialized. slipway runs its units of work on that DataSource's pool instead of
+       * opening a second one, and neither destroys it on close nor changes its settings.
+       * Its LISTEN connection is a dedicated `pg` client made from the DataSource's
+       * connection options (`url`, or `host`, `port`, `username`, `password`, `database`, `ssl`).
+       * With `migrate: false`, run `slipwayMigrations()` of `slipway/typeorm` in the app's
+       * own migrations first.
+       */
+      dataSource: DataSource;
+      /** @defaultValue 'slipway' */
+      schema?: string;
+      /** Create the schema and run migrations on start. @defaultValue true */
+      migrate?: boolean;
+      /** How long a statement keeps retrying while the server is unreachable. @defaultValue 60 seconds */
+      reconnectTimeout?: DurationInput;
+      /** `application_name` of the LISTEN connection (the pool's connections keep the DataSource's). @defaultValue 'slipway' */
+      applicationName?: string;
     };
 
 const URL_KEYS = new Set(['url', 'schema', 'migrate', 'poolSize', 'reconnectTimeout', 'applicationName']);
+const DATA_SOURCE_KEYS = new Set(['dataSource', 'schema', 'migrate', 'reconnectTimeout', 'applicationName']);
 const EMBEDDED_KEYS = new Set(['embedded', 'dataDir', 'schema', 'migrate']);
 
 export function checkDatabaseOptions(options: unknown): DatabaseOptions {
@@ -51,9 +73,12 @@ export function checkDatabaseOptions(options: unknown): DatabaseOptions {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) throw new ValidationError('database', 'must be { embedded: true, dataDir? } or { url, schema? }');
   const o = options as Record<string, unknown>;
   if ('url' in o && 'embedded' in o) throw new ValidationError('database.embedded', 'give database.url or database.embedded, not both');
-  const known = 'url' in o ? URL_KEYS : EMBEDDED_KEYS;
+  if ('dataSource' in o && ('url' in o || 'embedded' in o)) throw new ValidationError('database.dataSource', `give database.dataSource or database.${'url' in o ? 'url' : 'embedded'}, not both`);
+  const known = 'dataSource' in o ? DATA_SOURCE_KEYS : 'url' in o ? URL_KEYS : EMBEDDED_KEYS;
   for (const key of Object.keys(o)) {
-    if (!known.has(key)) throw new ValidationError(`database.${key}`, `is not an option of ${'url' in o ? 'a database url' : 'the embedded database'} (known: ${[...known].join(', ')})`);
+    if (!known.has(key)) {
+      throw new ValidationError(`database.${key}`, `is not an option of ${'dataSource' in o ? 'a TypeORM DataSource' : 'url' in o ? 'a database url' : 'the embedded database'} (known: ${[...known].join(', ')})`);
+    }
   }
   if (o.schema !== undefined) {
     if (typeof o.schema !== 'string') throw new ValidationError('database.schema', `must be a string (got ${typeof o.schema})`);
@@ -66,6 +91,14 @@ export function checkDatabaseOptions(options: unknown): DatabaseOptions {
     if (/^pg_/i.test(o.schema)) throw new ValidationError('database.schema', `must not start with pg_, which PostgreSQL reserves (got ${JSON.stringify(o.schema)})`);
   }
   if (o.migrate !== undefined && typeof o.migrate !== 'boolean') throw new ValidationError('database.migrate', 'must be a boolean');
+  if ('dataSource' in o) {
+    checkDataSource(o.dataSource);
+    if (o.reconnectTimeout !== undefined) parseDuration(o.reconnectTimeout as DurationInput, 'database.reconnectTimeout');
+    if (o.applicationName !== undefined && (typeof o.applicationName !== 'string' || o.applicationName.length > 63 || o.applicationName.includes('\0'))) {
+      throw new ValidationError('database.applicationName', 'must be a string of at most 63 characters, without NUL');
+    }
+    return o as DatabaseOptions;
+  }
   if ('url' in o) {
     if (typeof o.url !== 'string' || !/^postgres(ql)?:\/\//.test(o.url)) throw new ValidationError('database.url', 'must be a postgres:// connection string');
     checkConnectionString(o.url);
@@ -89,6 +122,34 @@ export function checkDatabaseOptions(options: unknown): DatabaseOptions {
     }
   }
   return o as DatabaseOptions;
+}
+
+function checkDataSource(value: unknown): void {
+  const ds = value as Partial<DataSource> | null;
+  if (ds === null || typeof ds !== 'object' || typeof ds.createQueryRunner !== 'function' || typeof ds.options !== 'object') {
+    throw new ValidationError('database.dataSource', 'must be a TypeORM DataSource');
+  }
+  if (ds.options.type !== 'postgres') throw new ValidationError('database.dataSource', `must be a PostgreSQL DataSource (type 'postgres'; got ${JSON.stringify(ds.options.type)})`);
+  if (!ds.isInitialized) throw new ValidationError('database.dataSource', 'must be initialized: await dataSource.initialize() before createBroker');
+}
+
+/**
+ * The LISTEN connection's settings: a connection string, or pg's client options, taken
+ * from the database options (a DataSource's connection options for `{ dataSource }`).
+ */
+export function listenConnection(options: DatabaseOptions): string | pg.ClientConfig | undefined {
+  if ('url' in options) return options.url;
+  if (!('dataSource' in options)) return undefined;
+  const o = options.dataSource.options as PostgresConnectionOptions;
+  if (o.url) return { connectionString: o.url, ...(o.ssl !== undefined && { ssl: o.ssl as pg.ClientConfig['ssl'] }) };
+  return {
+    host: o.host,
+    port: o.port,
+    user: o.username,
+    password: o.password as pg.ClientConfig['password'],
+    database: o.database,
+    ...(o.ssl !== undefined && { ssl: o.ssl as pg.ClientConfig['ssl'] }),
+  };
 }
 
 /** What pg would otherwise fail on with a bare TypeError or URIError: a malformed URL, a bad port, broken %-escapes. */
@@ -165,7 +226,10 @@ export async function openDatabase(
 ): Promise<Db> {
   const schema = options.schema ?? 'slipway';
   let db: Db;
-  if ('url' in options) {
+  if ('dataSource' in options) {
+    const reconnectFor = options.reconnectTimeout === undefined ? 60_000 : parseDuration(options.reconnectTimeout, 'database.reconnectTimeout').toMillis();
+    db = createDb(options.dataSource, schema, { embedded: false, shared: true, reconnectFor, onOutage });
+  } else if ('url' in options) {
     const dataSource = new DataSource({
       type: 'postgres',
       url: options.url,

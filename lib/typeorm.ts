@@ -1,0 +1,17 @@
+/**
+ * `slipway/typeorm`: slipway's tables and migrations for an app that uses TypeORM. Give
+ * the broker the app's DataSource with `createBroker({ database: { dataSource } })`.
+ */
+export { slipwayEntities } from './store/entities.js';
+export type {
+  BlueprintFailureRow,
+  CommandRow,
+  LeaseRow,
+  LogRow,
+  MigrationRow,
+  ResourceRow,
+  SlipwayEntities,
+  SlotLockRow,
+  WorkItemRow,
+} from './store/entities.js';
+export { slipwayMigrations } from './store/typeorm-migrations.js';
