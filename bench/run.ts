@@ -18,6 +18,7 @@ import { parseArgs, selected, type WorkloadName } from './support/config.js';
 import { progress, round } from './support/measure.js';
 import { openTier, packageVersion } from './support/tiers.js';
 import { burst } from './workloads/burst.js';
+import { coldStart } from './workloads/cold-start.js';
 import { handoff } from './workloads/handoff.js';
 import { profile } from './workloads/profile.js';
 import { rss, scale } from './workloads/scale.js';
@@ -80,6 +81,15 @@ async function step<T>(t: TierResults, workload: string, work: () => Promise<T>)
 }
 
 const want = (w: WorkloadName) => selected(config, w);
+
+if (want('coldstart')) {
+  progress('createBroker cold and warm (embedded) …');
+  results.references.coldStart = await coldStart(config.mode === 'quick' ? 1 : 3).catch((error) => {
+    failures++;
+    progress(`coldstart: FAILED: ${error}`);
+    return undefined;
+  });
+}
 
 if (want('pool')) {
   const t: TierResults = { info: {}, errors: [] };

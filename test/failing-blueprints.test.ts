@@ -116,7 +116,9 @@ describe('a blueprint that fails forever, real clock', () => {
         expect({ name, builds: calls.length }).toEqual({ name, builds: expect.any(Number) });
         expect(calls.length).toBeGreaterThanOrEqual(2);
         expect(calls.length).toBeLessThanOrEqual(4);
-        for (let i = 2; i < calls.length; i++) expect(calls[i]! - calls[i - 1]!).toBeGreaterThanOrEqual(1.5 * (calls[i - 1]! - calls[i - 2]!) - 200);
+        // The gaps double: each is at least its place in the schedule (1 s, 2 s, 4 s), whatever
+        // the load added to the one before (a ratio of measured gaps failed on a busy machine).
+        for (let i = 1; i < calls.length; i++) expect(calls[i]! - calls[i - 1]!).toBeGreaterThanOrEqual(1_000 * 2 ** (i - 1) - 100);
       }
       for (const { broker, name } of brokers) {
         const stats = await broker.stats();

@@ -41,6 +41,13 @@ export function markdownSummary(r: Results, svgName: string | null): string {
     out.push(table(['clients', 'ops/s'], r.references.genericPool.map((p) => [p.clients, n(p.opsPerSec, 0)])));
     out.push('');
   }
+  if (r.references.coldStart) {
+    const c = r.references.coldStart;
+    out.push(`createBroker() on the embedded database, median of ${c.samples} fresh processes (cold: the first in the process; warm: the second):`);
+    out.push('');
+    out.push(table(['database', 'cold ms', 'warm ms'], [['in memory', c.memoryColdMs, c.memoryWarmMs], ['new dataDir', c.dataDirColdMs, c.dataDirWarmMs]]));
+    out.push('');
+  }
   for (const [tier, t] of Object.entries(r.tiers) as Array<[TierName, TierResults]>) out.push(tierSection(tier, t, svgName));
   return out.join('\n') + '\n';
 }

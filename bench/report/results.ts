@@ -1,5 +1,6 @@
 import type { PgbenchPoint } from '../references/pgbench.js';
 import type { PoolPoint } from '../references/generic-pool.js';
+import type { ColdStart } from '../workloads/cold-start.js';
 import type { BenchConfig, TierName } from '../support/config.js';
 import type { BurstResult } from '../workloads/burst.js';
 import type { HandoffResult } from '../workloads/handoff.js';
@@ -49,6 +50,8 @@ export interface Results {
   references: {
     pgbench?: { scale: number; initSeconds: number; points: PgbenchPoint[] };
     genericPool?: PoolPoint[];
+    /** createBroker() on the embedded database, first and second in a fresh process. */
+    coldStart?: ColdStart;
   };
   tiers: Partial<Record<TierName, TierResults>>;
   targets: Target[];

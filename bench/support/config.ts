@@ -8,7 +8,7 @@ export const TIERS = ['postgres', 'embedded'] as const;
 export type TierName = (typeof TIERS)[number];
 
 /** In run order. `pgbench` and `pool` are the reference limits. */
-export const WORKLOADS = ['pool', 'pgbench', 'warm', 'handoff', 'throughput', 'burst', 'scale', 'rss', 'profile'] as const;
+export const WORKLOADS = ['coldstart', 'pool', 'pgbench', 'warm', 'handoff', 'throughput', 'burst', 'scale', 'rss', 'profile'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export interface BenchConfig {

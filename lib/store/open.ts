@@ -7,6 +7,7 @@ import { ValidationError } from '../errors/validation-error.js';
 import { parseDuration, type DurationInput } from '../time.js';
 import { lockDataDir, type StaleLock } from './data-dir-lock.js';
 import { createDb, type Db, type DbOptions } from './db.js';
+import { pgliteAssets } from './embedded-assets.js';
 import { pgliteDriver } from './embedded-driver.js';
 import { checkMigrated, migrate } from './migrate.js';
 import { quoteIdent } from './sql/statements.js';
@@ -199,7 +200,7 @@ function migratedTemplate(schema: string): Promise<Blob> {
   let template = templates.get(schema);
   if (!template) {
     template = (async () => {
-      const pglite = await PGlite.create();
+      const pglite = await PGlite.create(await pgliteAssets());
       const db = await embeddedDb(pglite, schema);
       try {
         await migrate(db);
@@ -248,11 +249,12 @@ export async function openDatabase(
     const lock = options.dataDir ? lockDataDir(options.dataDir) : null;
     if (lock?.tookOver) onStaleLock?.({ dataDir: options.dataDir!, ...lock.tookOver });
     try {
+      const shared = await pgliteAssets();
       const pglite = options.dataDir
-        ? await PGlite.create({ dataDir: options.dataDir })
+        ? await PGlite.create({ ...shared, dataDir: options.dataDir })
         : options.migrate === false
-          ? await PGlite.create()
-          : await PGlite.create({ loadDataDir: await migratedTemplate(schema) });
+          ? await PGlite.create(shared)
+          : await PGlite.create({ ...shared, loadDataDir: await migratedTemplate(schema) });
       db = await embeddedDb(pglite, schema, lock?.release);
     } catch (error) {
       lock?.release();

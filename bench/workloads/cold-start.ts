@@ -1,0 +1,63 @@
+/**
+ * `createBroker()` cold and warm on the embedded database: each sample is a fresh Node
+ * process (a child), which times its first broker (cold: PGlite's WASM, the migrated
+ * template, the broker) and then a second one in the same process (warm), in memory and
+ * on a new dataDir. Run alone: `npx tsx bench/workloads/cold-start.ts [samples]`.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface ColdStart {
+  samples: number;
+  /** Milliseconds, median over the samples. */
+  memoryColdMs: number;
+  memoryWarmMs: number;
+  dataDirColdMs: number;
+  dataDirWarmMs: number;
+}
+
+const CHILD = fileURLToPath(import.meta.url);
+
+async function child(): Promise<void> {
+  const { createBroker } = await import('../../lib/index.js');
+  const timed = async (options: Parameters<typeof createBroker>[0]) => {
+    const at = performance.now();
+    const broker = await createBroker(options);
+    const ms = performance.now() - at;
+    await broker.close();
+    return ms;
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'slipway-cold-'));
+  try {
+    const memoryCold = await timed({});
+    const memoryWarm = await timed({});
+    const dataDirCold = await timed({ database: { embedded: true, dataDir: join(dir, 'a') } });
+    const dataDirWarm = await timed({ database: { embedded: true, dataDir: join(dir, 'b') } });
+    process.stdout.write(JSON.stringify({ memoryCold, memoryWarm, dataDirCold, dataDirWarm }));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return Math.round(s[Math.floor(s.length / 2)]!);
+};
+
+export async function coldStart(samples: number): Promise<ColdStart> {
+  const runs: Array<Record<string, number>> = [];
+  for (let i = 0; i < samples; i++) {
+    const out = execFileSync(process.execPath, ['--import', 'tsx', CHILD, '--child'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+    runs.push(JSON.parse(out));
+  }
+  const of = (k: string) => median(runs.map((r) => r[k]!));
+  return { samples, memoryColdMs: of('memoryCold'), memoryWarmMs: of('memoryWarm'), dataDirColdMs: of('dataDirCold'), dataDirWarmMs: of('dataDirWarm') };
+}
+
+if (process.argv[1] === CHILD) {
+  if (process.argv.includes('--child')) await child();
+  else console.log(await coldStart(Number(process.argv[2] ?? 3)));
+}
