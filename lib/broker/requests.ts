@@ -3,6 +3,7 @@ import { crashPoint } from '../engine/crash-points.js';
 import { submitLease, type LeaseOrigin } from '../engine/submit.js';
 import { AbortError } from '../errors/abort-error.js';
 import { BrokerClosedError } from '../errors/broker-closed-error.js';
+import { CommitOutcomeUnknownError } from '../errors/commit-outcome-unknown-error.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
 import { LeaseTimeoutError } from '../errors/lease-timeout-error.js';
 import { SlipwayError } from '../errors/slipway-error.js';
@@ -30,7 +31,8 @@ export function liveCall(ctx: BrokerContext) {
     try {
       return await call();
     } catch (error) {
-      if (ctx.closed && !(error instanceof SlipwayError)) throw new BrokerClosedError({ cause: error });
+      // A commit cut off by the close is the close's doing too.
+      if (ctx.closed && (!(error instanceof SlipwayError) || error instanceof CommitOutcomeUnknownError)) throw new BrokerClosedError({ cause: error });
       throw error;
     }
   };

@@ -18,3 +18,4 @@ export { SchemaNotMigratedError } from './schema-not-migrated-error.js';
 export { ChildLeaseCycleError } from './child-lease-cycle-error.js';
 export { DataDirLockedError } from './data-dir-locked-error.js';
 export { SchemaTooNewError } from './schema-too-new-error.js';
+export { CommitOutcomeUnknownError } from './commit-outcome-unknown-error.js';

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { CommitOutcomeUnknownError } from '../errors/commit-outcome-unknown-error.js';
 import type { DataSource } from 'typeorm';
 import { isConnectionError, isStalePlan, isTransientConflict } from './connection-errors.js';
 
@@ -101,13 +102,7 @@ function clientSql(client: PoolClient): Sql {
   };
 }
 
-/** Thrown when a COMMIT's outcome is unknown: the connection died while it was in flight. */
-export class CommitOutcomeUnknownError extends Error {
-  constructor(cause: unknown) {
-    super('the connection was lost while committing; the transaction may or may not have committed', { cause });
-    this.name = 'CommitOutcomeUnknownError';
-  }
-}
+export { CommitOutcomeUnknownError };
 
 export function createDb(dataSource: DataSource, schema: string, options: DbOptions): Db {
   const { embedded, onClose, shared = false, reconnectFor = 0, onOutage } = options;
