@@ -96,7 +96,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
 import { DateTime } from 'luxon';
 import { internals } from '../lib/broker/index.js';
-import { Store } from '../lib/store/store.js';
+import { ID_SOURCE } from '../lib/store/store.js';
 import { ManualClock, type TestBroker } from '../lib/testing/index.js';
 import { toDb } from '../lib/time.js';
 import { guardBrokers, testBroker } from './helpers/broker.js';
@@ -142,17 +142,6 @@ afterAll(removeDataDirs);
 // one a lease takes, which idle one a reclaim picks). While a scenario runs, ids come from
 // its idSeed instead, so a replay makes the same choices. They still look random, so the
 // id order is not the creation order.
-
-let idSource: ((prefix: string) => string) | undefined;
-const randomNewId = Store.prototype.newId;
-beforeAll(() => {
-  Store.prototype.newId = function newId(this: Store, prefix) {
-    return idSource ? idSource(prefix) : randomNewId.call(this, prefix);
-  };
-});
-afterAll(() => {
-  Store.prototype.newId = randomNewId;
-});
 
 function seededIds(seed: number): (prefix: string) => string {
   let n = 0;
@@ -210,7 +199,8 @@ class ModelRun extends ModelHarness {
   }
 
   async open() {
-    this.broker = await testBroker({ database: this.database, blueprints: [this.blueprint], clock: this.clock, gcInterval: false, workers: { concurrency: this.concurrency } });
+    // The id seam of the store: every broker of the run (reopens too) names objects from one seeded source.
+    this.broker = await testBroker({ database: this.database, blueprints: [this.blueprint], clock: this.clock, gcInterval: false, workers: { concurrency: this.concurrency }, [ID_SOURCE]: this.newId } as Parameters<typeof testBroker>[0]);
   }
 
   /**
@@ -302,7 +292,6 @@ async function runScenario(scenario: Scenario): Promise<ModelRun> {
   const started = Date.now();
   const cpu = process.cpuUsage();
   if (VERBOSE) process.stderr.write(`run ${++runCount}: ${JSON.stringify(scenario.config)}\n`);
-  idSource = run.newId;
   try {
     await run.start(scenario.steps.some((s) => s?.do === 'reopen'));
     await run.settle();
@@ -324,7 +313,6 @@ async function runScenario(scenario: Scenario): Promise<ModelRun> {
     }
     throw error;
   } finally {
-    idSource = undefined;
     await run.dispose();
     if (VERBOSE) {
       const used = process.cpuUsage(cpu);

@@ -47,7 +47,9 @@ export async function createTestBroker(options: TestBrokerOptions = {}): Promise
   const { deterministicIds, ...brokerOptions } = options;
   if (deterministicIds !== undefined && typeof deterministicIds !== 'boolean') throw new ValidationError('deterministicIds', 'must be a boolean');
   const clock = options.clock ?? new ManualClock();
-  const ids = (deterministicIds ?? inMemory(options.database)) ? { [ID_SOURCE]: numberedIds() } : {};
+  // An id source given under ID_SOURCE (slipway's own tests: seeded ids) wins over the numbered ones.
+  const given = (options as { [ID_SOURCE]?: IdSource })[ID_SOURCE];
+  const ids = given ? {} : (deterministicIds ?? inMemory(options.database)) ? { [ID_SOURCE]: numberedIds() } : {};
   const broker = await createBroker({ sweepInterval: { milliseconds: 200 }, backoff: { initial: { seconds: 1 }, max: { minutes: 5 } }, ...brokerOptions, clock, ...ids });
   const engine = internals.get(broker)!.engine;
   const runUntilIdle = async () => {
