@@ -21,6 +21,8 @@ interface ClaimedItem {
   wakeCount: number;
   chained: boolean;
   attempts: number;
+  /** Its place in the queue: the lease's priority (resources go first: see the claim). */
+  priority: number;
   /** The lease as its creator just wrote it: the first pass need not read it. */
   moved?: LeaseMoved;
 }
@@ -36,8 +38,12 @@ const ERRORS_KEPT = 100;
 export class Engine {
   private readonly queue: PQueue;
   private readonly inflight = new Map<string, ClaimedItem>();
-  /** Slots promised to work this broker is creating already claimed (`reserve`/`adopt`). */
-  private reserved = 0;
+  /**
+   * Slots promised to work this broker is creating already claimed (`reserve`): each is a
+   * job holding a p-queue slot until `adopt` hands it the item to run, or `unreserve`
+   * gives it back. Reservations are alike, so they are handed out first come first served.
+   */
+  private readonly reservations: Array<(item: ClaimedItem | null) => void> = [];
   private polling = false;
   private pollAgain = false;
   /**
@@ -63,7 +69,16 @@ export class Engine {
     private readonly rt: Runtime,
     private readonly options: EngineOptions,
   ) {
+    // The queue is the concurrency: a pass, or a request running its hooks inline,
+    // holds one of its slots from its claim (or reservation) to its recorded end.
     this.queue = new PQueue({ concurrency: options.concurrency });
+    // A slot came free: waits for idleness (runUntilIdle, close) look again.
+    this.queue.on('next', () => this.notifyIdle());
+  }
+
+  /** Slots taken: passes running or queued, and reservations. */
+  private get load(): number {
+    return this.queue.pending + this.queue.size;
   }
 
   start() {
@@ -99,7 +114,7 @@ export class Engine {
     // blueprint that fails at once, forever, cannot keep the host's timers and I/O from running.
     await yieldToEventLoop();
     try {
-      const free = this.options.concurrency - this.inflight.size - this.reserved;
+      const free = this.options.concurrency - this.load;
       if (free <= 0) return; // still maybe due: the next pass to end polls
       this.maybeDue = false;
       const { store, clock, workerId } = this.rt;
@@ -107,7 +122,7 @@ export class Engine {
       const rows = await store.claimWork(now, free, workerId, [...this.inflight.keys()], now.plus(this.options.claimTtl));
       for (const item of rows as ClaimedItem[]) {
         this.inflight.set(`${item.kind}:${item.id}`, item);
-        void this.queue.add(() => this.run(item));
+        void this.queue.add(() => this.run(item), { priority: item.priority });
       }
       if (rows.length >= free) this.maybeDue = true; // there may be more than the slots took
       if (rows.length === 0) await this.scheduleNext();
@@ -128,15 +143,20 @@ export class Engine {
    * is then created unclaimed and waits its turn like any other.
    */
   reserve(): { worker: string; until: DateTime } | null {
-    if (this.stopped || this.inflight.size + this.reserved >= this.options.concurrency) return null;
-    this.reserved++;
+    if (this.stopped || this.load >= this.options.concurrency) return null;
+    let handOver!: (item: ClaimedItem | null) => void;
+    const handed = new Promise<ClaimedItem | null>((resolve) => (handOver = resolve));
+    this.reservations.push(handOver);
+    void this.queue.add(async () => {
+      const item = await handed;
+      if (item) await this.run(item);
+    });
     return { worker: this.rt.workerId, until: this.rt.clock.now().plus(this.options.claimTtl) };
   }
 
   /** Gives back a slot `reserve` promised, when the item was not created. */
   unreserve(): void {
-    this.reserved--;
-    this.notifyIdle();
+    this.reservations.shift()?.(null);
   }
 
   /**
@@ -145,11 +165,11 @@ export class Engine {
    * `acquire()` whose hooks ran inline, which `close()` waits for.
    */
   adopt(kind: ObjectKind, id: string, moved?: LeaseMoved): void {
-    this.reserved--;
-    if (this.halted) return this.notifyIdle();
-    const item: ClaimedItem = { kind, id, wakeCount: 0, chained: false, attempts: 0, moved };
+    const handOver = this.reservations.shift();
+    if (this.halted) return handOver?.(null);
+    const item: ClaimedItem = { kind, id, wakeCount: 0, chained: false, attempts: 0, priority: 0, moved };
     this.inflight.set(`${kind}:${id}`, item);
-    void this.queue.add(() => this.run(item));
+    handOver?.(item);
   }
 
   private async scheduleNext() {
@@ -230,7 +250,7 @@ export class Engine {
 
   get busy(): boolean {
     // A reserved slot is a request running its hooks at once (acquire's fast path): work too.
-    return this.polling || this.inflight.size > 0 || this.reserved > 0;
+    return this.polling || this.inflight.size > 0 || this.load > 0;
   }
 
   private notifyIdle() {
@@ -269,7 +289,7 @@ export class Engine {
     const drained = new Promise<'idle'>((resolve) => {
       const check = async () => {
         // A queued or running pass is in `inflight` from its claim to the end of its `run`.
-        while (this.reserved > 0 || this.inflight.size > 0) {
+        while (this.load > 0 || this.inflight.size > 0) {
           await new Promise<void>((wake) => this.idleWaiters.push(wake));
         }
         resolve('idle');
@@ -284,7 +304,7 @@ export class Engine {
     this.halted = true;
     clearInterval(this.heartbeatTimer);
     this.queue.clear();
-    if (result === 'timeout') this.rt.logger.warn({ inflight: [...this.inflight.keys()], inline: this.reserved }, 'slipway: closing with hooks still in flight; they will be resumed');
+    if (result === 'timeout') this.rt.logger.warn({ inflight: [...this.inflight.keys()], inline: this.reservations.length }, 'slipway: closing with hooks still in flight; they will be resumed');
   }
 
   inflightKeys(): string[] {

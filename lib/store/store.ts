@@ -244,6 +244,8 @@ export interface ClaimedWork {
   wakeCount: number;
   chained: boolean;
   attempts: number;
+  /** The queue's order: resources first (their progress frees leases), then the lease's priority. */
+  priority: number;
 }
 
 /** A work item as its claim holds it: the pass's end writes only if the claim is still this worker's. */
@@ -253,6 +255,9 @@ export interface WorkRef {
   workerId: string;
   wakeCount: number;
 }
+
+/** Above any lease priority (an integer column): a resource's pass is queued first. */
+const RESOURCE_PRIORITY = 2 ** 31;
 
 export class Store {
   readonly sql: Statements;
@@ -775,7 +780,7 @@ export class Store {
   /** Claims up to `limit` due work items for `workerId` (SKIP LOCKED), none of `skip` (`kind:id`, already running here). */
   async claimWork(now: DateTime, limit: number, workerId: string, skip: string[], until: DateTime): Promise<ClaimedWork[]> {
     const rows = await this.db.query(this.sql.claim, [toDb(now), limit, workerId, skip, toDb(until)]);
-    return rows.map((row) => ({ kind: row.object_kind, id: row.object_id, wakeCount: Number(row.wake_count), chained: Boolean(row.chained), attempts: Number(row.attempts) }));
+    return rows.map((row) => ({ kind: row.object_kind, id: row.object_id, wakeCount: Number(row.wake_count), chained: Boolean(row.chained), attempts: Number(row.attempts), priority: row.object_kind === 'resource' ? RESOURCE_PRIORITY : Number(row.priority ?? 0) }));
   }
 
   /** When the earliest work item scheduled after `now` is due, if any. */

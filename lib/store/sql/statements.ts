@@ -86,7 +86,7 @@ export function statements(schema: string) {
       )
       UPDATE ${S}.work_items w SET claimed_by = $3, claim_expires_at = $5
       FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
-      RETURNING w.object_kind, w.object_id, w.wake_count, w.chained, w.attempts, w.claim_expires_at`,
+      RETURNING w.object_kind, w.object_id, w.wake_count, w.chained, w.attempts, w.priority, w.claim_expires_at`,
 
     heartbeat: `UPDATE ${S}.work_items SET claim_expires_at = $3 WHERE object_kind || ':' || object_id = ANY($1::text[]) AND claimed_by = $2`,
 
