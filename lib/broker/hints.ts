@@ -15,7 +15,7 @@ export async function listenForHints(ctx: BrokerContext, workerId: string, logge
   const url = listenConnection(database);
   if (!url) return null;
   const listener = new Listener({
-    url,
+    url: url as ConstructorParameters<typeof Listener>[0]['url'],
     channel: channelFor(ctx.store.db.schema),
     applicationName: ('applicationName' in database ? database.applicationName : undefined) ?? 'slipway',
     onHint(hint) {

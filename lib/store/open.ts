@@ -138,7 +138,18 @@ function checkDataSource(value: unknown): void {
  * The LISTEN connection's settings: a connection string, or pg's client options, taken
  * from the database options (a DataSource's connection options for `{ dataSource }`).
  */
-export function listenConnection(options: DatabaseOptions): string | pg.ClientConfig | undefined {
+/** pg client settings of the LISTEN connection: pg's ClientConfig, declared here so that slipway's public types need no @types/pg. */
+export interface ListenClientConfig {
+  connectionString?: string;
+  host?: string;
+  port?: number;
+  user?: string;
+  password?: unknown;
+  database?: string;
+  ssl?: unknown;
+}
+
+export function listenConnection(options: DatabaseOptions): string | ListenClientConfig | undefined {
   if ('url' in options) return options.url;
   if (!('dataSource' in options)) return undefined;
   const o = options.dataSource.options as PostgresConnectionOptions;
