@@ -2,6 +2,7 @@ import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import PQueue from 'p-queue';
 import { Duration, type DateTime } from 'luxon';
 import type { ObjectKind } from '../model/states.js';
+import type { ClaimedWork } from '../store/store.js';
 import { crashPoint } from './crash-points.js';
 import { processLease } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
@@ -15,14 +16,8 @@ export interface EngineOptions {
   sweepInterval: Duration;
 }
 
-interface ClaimedItem {
-  kind: ObjectKind;
-  id: string;
-  wakeCount: number;
-  chained: boolean;
-  attempts: number;
-  /** Its place in the queue: the lease's priority (resources go first: see the claim). */
-  priority: number;
+/** A work item this engine runs: as the store's claim returned it, or created claimed here. */
+interface ClaimedItem extends ClaimedWork {
   /** The lease as its creator just wrote it: the first pass need not read it. */
   moved?: LeaseMoved;
 }
@@ -120,7 +115,7 @@ export class Engine {
       const { store, clock, workerId } = this.rt;
       const now = clock.now();
       const rows = await store.claimWork(now, free, workerId, [...this.inflight.keys()], now.plus(this.options.claimTtl));
-      for (const item of rows as ClaimedItem[]) {
+      for (const item of rows) {
         this.inflight.set(`${item.kind}:${item.id}`, item);
         void this.queue.add(() => this.run(item), { priority: item.priority });
       }
