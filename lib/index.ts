@@ -1,6 +1,6 @@
 export { createBroker } from './broker/index.js';
 export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, LeaseQuery, ResourceQuery } from './broker/index.js';
-export type { BrokerEvents, LeaseEvent, ResourceEvent } from './broker-events.js';
+export type { BrokerEvents, LeaseEvent, ResourceEvent } from './broker/events.js';
 export { defineBlueprint, defaultAllocationLimit } from './blueprint/define-blueprint.js';
 export type * from './blueprint/contract.js';
 export { HOOKS, MAX_HOOK_TIMEOUT } from './blueprint/timeouts.js';
@@ -11,7 +11,8 @@ export type { Logger } from './engine/runtime.js';
 export * from './errors/index.js';
 export { LOG_TYPES, renderLog } from './logs/log-types.js';
 export type { LogEntry, LogType, LogDataByType } from './logs/log-types.js';
-export type { Lease, LeaseHandle, LeaseRecord, ResourceRecord, ResourceInfo, LeaseOf, LeaseAttributesOf, ResourceAttributesOf, TypedLeaseSpec } from './model/lease.js';
+export type { Lease, LeaseHandle, LeaseRecord, ResourceRecord, ResourceInfo } from './model/lease.js';
+export type { LeaseOf, LeaseAttributesOf, ResourceAttributesOf, TypedLeaseSpec } from './blueprint/typed-leases.js';
 export type { LeaseSpec, JsonObject, JsonValue } from './model/spec.js';
 export {
   LEASE_STATUSES,

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import { BROKER_EVENTS, BrokerEventBus } from '../broker-events.js';
+import { BROKER_EVENTS, BrokerEventBus } from './events.js';
 import { Engine } from '../engine/engine.js';
 import type { Runtime } from '../engine/runtime.js';
 import { BrokerClosedError } from '../errors/broker-closed-error.js';

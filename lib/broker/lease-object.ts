@@ -1,7 +1,7 @@
 import { baseContext, leaseView, resourceView } from '../engine/hooks.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
 import { ValidationError } from '../errors/validation-error.js';
-import { leaseSignal } from '../lease-signal.js';
+import { leaseSignal } from './lease-signal.js';
 import type { Lease } from '../model/lease.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
 import type { BrokerContext } from './context.js';

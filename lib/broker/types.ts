@@ -1,8 +1,9 @@
 import type { Blueprint } from '../blueprint/contract.js';
-import type { BrokerEvents } from '../broker-events.js';
+import type { BrokerEvents } from './events.js';
 import type { Clock } from '../clock.js';
 import type { LogEntry } from '../logs/log-types.js';
-import type { Lease, LeaseAttributesOf, LeaseHandle, LeaseOf, LeaseRecord, NoAttributes, ResourceAttributesOf, ResourceRecord, TypedLeaseSpec } from '../model/lease.js';
+import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from '../model/lease.js';
+import type { LeaseAttributesOf, LeaseOf, NoAttributes, ResourceAttributesOf, TypedLeaseSpec } from '../blueprint/typed-leases.js';
 import type { JsonObject, LeaseSpec } from '../model/spec.js';
 import type { LeaseStatus, ResourceStatus } from '../model/states.js';
 import type { GcResult } from '../store/gc.js';

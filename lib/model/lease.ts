@@ -1,6 +1,6 @@
 import type { DateTime } from 'luxon';
-import type { Blueprint, StandardInterfaces } from '../blueprint/contract.js';
-import type { JsonObject, LeaseSpec } from './spec.js';
+import type { StandardInterfaces } from './interfaces.js';
+import type { JsonObject } from './spec.js';
 import type { LeaseStatus, ResourceStatus } from './states.js';
 
 export interface ResourceInfo<ResourceAttrs extends JsonObject = JsonObject> {
@@ -75,23 +75,3 @@ export interface LeaseHandle<LeaseAttrs extends JsonObject = JsonObject, Resourc
   status(): Promise<LeaseStatus>;
   release(options?: { wait?: boolean }): Promise<void>;
 }
-
-/** The lease attributes a blueprint declares (the third type parameter of `defineBlueprint`); of a union of blueprints, the union. */
-export type LeaseAttributesOf<B> = B extends Blueprint<any, any, infer LeaseAttrs> ? LeaseAttrs : never;
-
-/** The resource attributes a blueprint declares (the second type parameter of `defineBlueprint`); of a union of blueprints, the union. */
-export type ResourceAttributesOf<B> = B extends Blueprint<any, infer ResourceAttrs, any> ? ResourceAttrs : never;
-
-/**
- * A lease spec whose `blueprints` are blueprint objects (no names): the lease can only
- * come from one of them, so `acquire()` types its attributes with theirs.
- */
-export type TypedLeaseSpec<LeaseAttrs extends JsonObject, B extends Blueprint<any, any, any>> = Omit<LeaseSpec<LeaseAttrs>, 'blueprints'> & {
-  blueprints: readonly B[];
-};
-
-/** The requested attributes of a typed spec that gives none: only the blueprint's then, so a misspelt name is a compile error. */
-export type NoAttributes = Record<never, never>;
-
-/** The lease a `TypedLeaseSpec` resolves to: the requested attributes and those the blueprint adds, and its resource's attributes. */
-export type LeaseOf<B extends Blueprint<any, any, any>, LeaseAttrs extends JsonObject = NoAttributes> = Lease<LeaseAttrs & LeaseAttributesOf<B>, ResourceAttributesOf<B>>;

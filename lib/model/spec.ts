@@ -1,5 +1,4 @@
 import { Duration, type DateTime } from 'luxon';
-import type { Blueprint } from '../blueprint/contract.js';
 import { BLUEPRINT_NAME, describeValue, isPlainObject } from '../values.js';
 import { AbortError } from '../errors/abort-error.js';
 import { ValidationError } from '../errors/validation-error.js';
@@ -7,6 +6,17 @@ import { parseDateTime, parseDuration, type DateTimeInput, type DurationInput } 
 
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 export type JsonObject = { [key: string]: JsonValue };
+
+/**
+ * A configured blueprint object, as far as a lease spec needs to know it: by name. A
+ * `Blueprint` (from `defineBlueprint`) is one; its attribute types are read by the types in
+ * `lib/blueprint/typed-leases.ts`, one layer up.
+ */
+export interface BlueprintRef {
+  readonly name: string;
+  readonly type: string;
+  readonly implementation: object;
+}
 
 /** What a host application asks for. */
 export interface LeaseSpec<LeaseAttrs extends JsonObject = JsonObject> {
@@ -20,7 +30,7 @@ export interface LeaseSpec<LeaseAttrs extends JsonObject = JsonObject> {
    * resolves to a lease whose `attributes` and `resource.attributes` carry the attribute
    * types those blueprints declare. @defaultValue every blueprint of the type
    */
-  blueprints?: ReadonlyArray<string | Blueprint<any, any, any>>;
+  blueprints?: ReadonlyArray<string | BlueprintRef>;
   /** Who holds the lease, for queries and logs. */
   owner?: string;
   /** The lease expires this long after it is requested. */

@@ -1,8 +1,8 @@
 import type { EventEmitter } from 'node:events';
 import type { DateTime, Duration } from 'luxon';
-import type { Clock } from './clock.js';
-import { LeaseNotActiveError, type LeaseEnding } from './errors/lease-not-active-error.js';
-import type { LeaseStatusRow, StatusEvent, Store } from './store/store.js';
+import type { Clock } from '../clock.js';
+import { LeaseNotActiveError, type LeaseEnding } from '../errors/lease-not-active-error.js';
+import type { LeaseStatusRow, StatusEvent, Store } from '../store/store.js';
 
 /** What the signals of one broker's leases are made from. */
 export interface LeaseSignalSources {

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
-import type { LogEntry } from './logs/log-types.js';
-import type { LeaseStatus, ResourceStatus } from './model/states.js';
+import type { LogEntry } from '../logs/log-types.js';
+import type { LeaseStatus, ResourceStatus } from '../model/states.js';
 
 export interface LeaseEvent {
   id: string;
