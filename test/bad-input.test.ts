@@ -6,8 +6,8 @@ import { guardBrokers, testBroker, track } from './helpers/broker.js';
 guardBrokers();
 
 async function counts(broker: Broker) {
-  const { db, runtime } = internals.get(broker)!;
-  const s = runtime.store.s;
+  const { db, store } = internals.get(broker)!;
+  const s = store.s;
   const [row] = await db.query(
     `SELECT (SELECT count(*)::int FROM ${s}.leases) AS leases, (SELECT count(*)::int FROM ${s}.logs) AS logs,
             (SELECT count(*)::int FROM ${s}.work_items) AS work, (SELECT count(*)::int FROM ${s}.resources) AS resources`,

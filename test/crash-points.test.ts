@@ -47,8 +47,8 @@ function runChild(database: DatabaseOptions, point: CrashPoint): Promise<{ signa
 }
 
 async function leftovers(broker: Broker) {
-  const { db, runtime } = internals.get(broker)!;
-  const s = runtime.store.s;
+  const { db, store } = internals.get(broker)!;
+  const s = store.s;
   const [row] = await db.query(`
     SELECT (SELECT count(*)::int FROM ${s}.leases WHERE status <> 'destroyed') AS leases,
            (SELECT count(*)::int FROM ${s}.resources WHERE status <> 'destroyed') AS resources,

@@ -70,8 +70,8 @@ describe('one broker under 50 concurrent flows', () => {
     expect(bp.calls.activateLease).toBe(N);
     expect(bp.calls.destroyLease).toBe(N);
     expect(engineErrors(broker)).toEqual([]);
-    const { db, runtime } = internals.get(broker)!;
-    expect(await db.query(`SELECT * FROM ${runtime.store.s}.work_items WHERE object_kind = 'lease'`)).toEqual([]);
+    const { db, store } = internals.get(broker)!;
+    expect(await db.query(`SELECT * FROM ${store.s}.work_items WHERE object_kind = 'lease'`)).toEqual([]);
     await broker.close();
   });
 });

@@ -364,8 +364,8 @@ describe('two writers release the same object at once', () => {
         Array.from({ length: 10 }, (_, i) => [w.release(lease.id, { author: `writer-${k}-${i}` }), w.releaseResource(resourceId, { author: `writer-${k}-${i}` })]).flat(),
       ),
     );
-    const { db, runtime } = internals.get(w0)!;
-    const s = runtime.store.s;
+    const { db, store } = internals.get(w0)!;
+    const s = store.s;
     await waitFor(async () => {
       const [left] = await db.query(
         `SELECT (SELECT count(*)::int FROM ${s}.commands WHERE consumed_at IS NULL) + (SELECT count(*)::int FROM ${s}.work_items) + (SELECT count(*)::int FROM ${s}.leases WHERE status <> 'destroyed') + (SELECT count(*)::int FROM ${s}.resources WHERE status <> 'destroyed') AS n`,

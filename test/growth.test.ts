@@ -9,8 +9,8 @@ const TABLES = ['leases', 'resources', 'commands', 'work_items', 'slot_locks', '
 
 /** Rows per table, and those that are not history yet: leases or resources not destroyed, commands not consumed. */
 async function rowCounts(broker: Broker): Promise<Record<(typeof TABLES)[number] | 'liveLeases' | 'liveResources' | 'unconsumed' | 'strayLogs' | 'maxResourceLogs', number>> {
-  const { db, runtime } = internals.get(broker)!;
-  const s = runtime.store.s;
+  const { db, store } = internals.get(broker)!;
+  const s = store.s;
   const [row] = await db.query(
     `SELECT ${TABLES.map((t) => `(SELECT count(*)::int FROM ${s}.${t}) AS ${t}`).join(', ')},
        (SELECT count(*)::int FROM ${s}.leases WHERE status <> 'destroyed') AS "liveLeases",

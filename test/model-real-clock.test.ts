@@ -283,11 +283,11 @@ class RealModelRun extends ModelHarness {
    * work_items rows, as any observer of the database could.
    */
   async settle(): Promise<void> {
-    const { db, runtime } = internals.get(this.broker)!;
+    const { db, store } = internals.get(this.broker)!;
     const deadline = Date.now() + SETTLE_LIMIT_MS;
     for (;;) {
       const rows = await db.query<{ key: string; claimed: boolean }>(
-        `SELECT object_kind || ':' || object_id AS key, claimed_by IS NOT NULL AS claimed FROM ${runtime.store.s}.work_items
+        `SELECT object_kind || ':' || object_id AS key, claimed_by IS NOT NULL AS claimed FROM ${store.s}.work_items
          WHERE claimed_by IS NOT NULL OR (run_at IS NOT NULL AND run_at <= $1)`,
         [toDb(DateTime.utc())],
       );

@@ -209,8 +209,7 @@ class ModelRun extends ModelHarness {
    */
   async settle(): Promise<void> {
     const { engine } = this;
-    const { db, runtime } = internals.get(this.broker)!;
-    const { store } = runtime;
+    const { db, store } = internals.get(this.broker)!;
     const deadline = Date.now() + SETTLE_LIMIT_MS;
     const quiet = () => !(engine as unknown as { polling: boolean }).polling && engine.inflightKeys().every((k) => this.blockedKeys().has(k));
     for (;;) {

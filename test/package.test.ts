@@ -54,11 +54,6 @@ function link(modules: string, name: string): void {
   symlinkSync(realpathSync(join(repoModules, name)), target);
 }
 
-/** Every file under `dir`, relative to it. */
-function walk(dir: string, base = dir): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(dir, e.name), base) : [relative(base, join(dir, e.name))]));
-}
-
 beforeAll(async () => {
   if (tier !== 'embedded') return;
   work = mkdtempSync(join(tmpdir(), 'slipway-package-'));

@@ -15,8 +15,8 @@ function recordingLogger(): Logger & { messages: string[] } {
 }
 
 async function counts(broker: Broker) {
-  const { db, runtime } = internals.get(broker)!;
-  const s = runtime.store.s;
+  const { db, store } = internals.get(broker)!;
+  const s = store.s;
   const [row] = await db.query(`
     SELECT (SELECT count(*)::int FROM ${s}.leases) AS leases,
            (SELECT count(*)::int FROM ${s}.leases WHERE status <> 'destroyed') AS live_leases,

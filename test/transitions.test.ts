@@ -29,8 +29,8 @@ describe('transition tables', () => {
 
   test('the database refuses a status outside the set', async () => {
     const broker = await testBroker({ blueprints: [fakeBlueprint({ name: 'f' })] });
-    const { db, runtime } = internals.get(broker)!;
-    await expect(db.query(`INSERT INTO ${runtime.store.s}.resources (id, type, blueprint, status, created_at, status_changed_at) VALUES ('x', 'fake', 'f', 'deleting', now(), now())`)).rejects.toThrow(/check/i);
+    const { db, store } = internals.get(broker)!;
+    await expect(db.query(`INSERT INTO ${store.s}.resources (id, type, blueprint, status, created_at, status_changed_at) VALUES ('x', 'fake', 'f', 'deleting', now(), now())`)).rejects.toThrow(/check/i);
     await broker.close();
   });
 

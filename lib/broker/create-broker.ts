@@ -24,7 +24,7 @@ import { SETTLED } from './waiter.js';
 import { listenForHints } from './hints.js';
 
 /** Internals reachable by `slipway/testing` and the tests, not by the public API. */
-export const internals = new WeakMap<Broker, { engine: Engine | null; db: Db; runtime: Runtime }>();
+export const internals = new WeakMap<Broker, { engine: Engine | null; db: Db; runtime: Runtime; store: Store }>();
 
 /**
  * Opens the database (migrating it unless told not to), starts this process's workers,
@@ -134,6 +134,6 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     ctx.engine.start();
     stopGc = startGcTimer(ctx, logger);
   }
-  internals.set(broker, { engine: ctx.engine, db, runtime });
+  internals.set(broker, { engine: ctx.engine, db, runtime, store });
   return broker;
 }

@@ -2,12 +2,13 @@ import type { EventEmitter } from 'node:events';
 import type { DateTime, Duration } from 'luxon';
 import type { Clock } from '../clock.js';
 import { LeaseNotActiveError, type LeaseEnding } from '../errors/lease-not-active-error.js';
-import type { LeaseStatusRow, StatusEvent, Store } from '../store/store.js';
+import type { LeaseStatusRow, StatusEvent } from '../store/store.js';
+import type { StoreBackend } from '../store/backend.js';
 
 /** What the signals of one broker's leases are made from. */
 export interface LeaseSignalSources {
   clock: Clock;
-  store: Store;
+  store: StoreBackend;
   /** Lease status changes committed by this process, emitted by lease id. */
   changes: EventEmitter;
   /** Hints from the other brokers of the schema (LISTEN/NOTIFY), by lease id, and `'*'` when anything may have moved. */
@@ -33,7 +34,7 @@ interface Watch {
 }
 
 /** The lease-signal watches of each broker, by the broker's store: a broker has one store. */
-const watchesOf = new WeakMap<Store, LeaseWatches>();
+const watchesOf = new WeakMap<StoreBackend, LeaseWatches>();
 
 /**
  * The `signal` of a lease handed out by a broker. Nothing is watched until `get()` is
@@ -62,7 +63,7 @@ export function leaseSignal(sources: LeaseSignalSources, lease: { id: string; ex
 }
 
 /** How many leases of the broker with this store are watched, and whether their re-read runs: for tests. */
-export function watching(store: Store): { leases: number; polling: boolean } {
+export function watching(store: StoreBackend): { leases: number; polling: boolean } {
   return watchesOf.get(store)?.counts() ?? { leases: 0, polling: false };
 }
 

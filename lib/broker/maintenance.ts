@@ -3,7 +3,7 @@ import type { Blueprint } from '../blueprint/contract.js';
 import type { Logger } from '../engine/runtime.js';
 import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATUSES, type LeaseStatus, type ResourceStatus } from '../model/states.js';
 import { collectGarbage } from '../store/gc.js';
-import type { Store } from '../store/store.js';
+import type { StoreBackend } from '../store/backend.js';
 import type { BrokerContext } from './context.js';
 import type { BlueprintStats, BrokerStats } from './types.js';
 
@@ -32,7 +32,7 @@ export function startGcTimer(ctx: BrokerContext, logger: Logger): () => Promise<
 }
 
 /** `broker.stats()`: counts and ages per blueprint and per type, live apart from the deletion lane. */
-export async function computeStats(store: Store, now: DateTime, blueprints: Map<string, Blueprint<any, any, any>>): Promise<BrokerStats> {
+export async function computeStats(store: StoreBackend, now: DateTime, blueprints: Map<string, Blueprint<any, any, any>>): Promise<BrokerStats> {
   const zero = <S extends string>(list: readonly S[]) => Object.fromEntries(list.map((s) => [s, 0])) as Record<S, number>;
   const result: BrokerStats = { blueprints: {}, types: {} };
   for (const b of blueprints.values()) {
@@ -82,7 +82,7 @@ export async function computeStats(store: Store, now: DateTime, blueprints: Map<
  * dataDir are dead, and so are the holders of its active leases. Says what they left,
  * since a lease without a ttl stays active (its slots held) until someone releases it.
  */
-export async function adoptEmbeddedDatabase(store: Store, logger: Logger): Promise<void> {
+export async function adoptEmbeddedDatabase(store: StoreBackend, logger: Logger): Promise<void> {
   await store.releaseClaims();
   const left = await store.activeLeases();
   if (left.active > 0) {

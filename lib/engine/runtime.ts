@@ -3,7 +3,8 @@ import type { Blueprint } from '../blueprint/contract.js';
 import type { Clock } from '../clock.js';
 import type { Lease } from '../model/lease.js';
 import type { NormalizedSpec } from '../model/spec.js';
-import type { LeaseRow, ResourceRow, Store } from '../store/store.js';
+import type { LeaseRow, ResourceRow } from '../store/store.js';
+import type { StoreBackend } from '../store/backend.js';
 import type { HookError } from '../errors/hook-error.js';
 
 /** A pino-compatible logger: only these methods are used. */
@@ -18,7 +19,7 @@ export const silentLogger: Logger = { debug() {}, info() {}, warn() {}, error() 
 
 /** What the workers share: the store, the clock, the registered blueprints and tuning. */
 export interface Runtime {
-  store: Store;
+  store: StoreBackend;
   clock: Clock;
   logger: Logger;
   workerId: string;

@@ -1,6 +1,6 @@
 import { ValidationError } from '../errors/validation-error.js';
 import type { ObjectKind } from '../model/states.js';
-import type { Store } from '../store/store.js';
+import type { StoreBackend } from '../store/backend.js';
 
 /**
  * Keys that a hook of this process chose with `ctx.lockOneOf` and whose recording
@@ -8,7 +8,7 @@ import type { Store } from '../store/store.js';
  * acquires running side by side in one process then choose different free keys instead of
  * colliding on the first; across processes a collision is a slot-lock conflict, retried.
  */
-const pendingOf = new WeakMap<Store, Map<string, string>>();
+const pendingOf = new WeakMap<StoreBackend, Map<string, string>>();
 
 /** Longest key list `lockOneOf` takes: a resource with more slots than this is a mistake. */
 const MAX_KEYS = 100_000;
@@ -24,7 +24,7 @@ export class SlotRequest {
   private readonly picked: string[] = [];
 
   constructor(
-    private readonly store: Store,
+    private readonly store: StoreBackend,
     private readonly holder: { kind: ObjectKind; id: string },
   ) {}
 

@@ -3,130 +3,14 @@ import type { DateTime, Duration } from 'luxon';
 import type { Clock } from '../clock.js';
 import { IllegalTransitionError } from '../errors/illegal-transition-error.js';
 import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
-import type { LogDataByType, LogType } from '../logs/log-types.js';
-import type { LeaseRecord, ResourceRecord } from '../model/lease.js';
 import type { JsonObject } from '../model/spec.js';
 import { isLegalTransition, type LeaseStatus, type ObjectKind, type ResourceStatus } from '../model/states.js';
 import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
 import { Params } from './params.js';
 import { quoteIdent, statements, type Statements } from './sql/statements.js';
-
-export interface LeaseRow extends LeaseRecord {
-  seq: number;
-  blueprints: string[] | null;
-  allocatingResourceId: string | null;
-  childKey: string | null;
-  deadlineAt: DateTime | null;
-  waitLogId: number | null;
-  phase: string | null;
-  phaseAttempts: number;
-  /** Allocations this lease drove that failed in a row, and the last one's error. */
-  allocationFailures: number;
-  lastFailure: string | null;
-  /** No new allocation for this lease before then (its own backoff). */
-  allocateAfter: DateTime | null;
-  /** Why the lease's own worker released it, when the clock did. */
-  endCause: 'expired' | 'timeout' | null;
-  /** Whether unconsumed commands to this lease existed when the row was read. */
-  hasCommands: boolean;
-}
-
-/** What `lease.signal` needs to know of a lease. */
-export type LeaseStatusRow = Pick<LeaseRow, 'id' | 'status' | 'brokenReason' | 'expiresAt' | 'statusChangedAt'>;
-
-export interface LeaseWithResource extends LeaseRow {
-  resource: ResourceRow | null;
-}
-
-export interface ResourceRow extends ResourceRecord {
-  allocated: boolean;
-  phase: string | null;
-  phaseAttempts: number;
-  reservedFor: string | null;
-  idleSince: DateTime | null;
-  /** Leases on this resource that are not destroyed yet. */
-  leaseCount: number;
-  /** It broke because a build hook (allocateResource, activateResource) failed. */
-  buildFailed: boolean;
-  /** Whether unconsumed commands to this resource existed when the row was read. */
-  hasCommands: boolean;
-}
-
-export interface CommandRow {
-  id: number;
-  targetKind: ObjectKind;
-  targetId: string;
-  command: 'release' | 'reclaim' | 'break';
-  data: JsonObject;
-  author: string | null;
-}
-
-export interface StatusEvent {
-  kind: ObjectKind;
-  id: string;
-  from: string | null;
-  to: string;
-  /** The row as the change left it, and for a lease its resource when the writer had it: watchers in this process need not read them. */
-  row?: LeaseRow | ResourceRow;
-  resource?: ResourceRow;
-}
-
-export interface LogInsert<T extends string = string> {
-  type: T;
-  data: T extends LogType ? LogDataByType[T] : JsonObject;
-  lease?: string | null;
-  resource?: string | null;
-  blueprint?: string | null;
-}
-
-/** One short transaction (or one statement on its own), plus what to announce once it commits. */
-export interface Unit {
-  sql: Sql;
-  now: DateTime;
-  events: StatusEvent[];
-  logs: Array<Record<string, unknown>>;
-  /** Work became due: this broker's workers, and the other brokers of the schema, should look. */
-  woke: boolean;
-}
-
-/** More writes in the statement of a compare-and-set; they see the updated row as `upd`. */
-export interface AlsoWrite {
-  name: string;
-  sql: (p: Params) => string;
-  /** Hand back its RETURNING rows (`CasResult.also[name]`). */
-  returning?: boolean;
-}
-
-export interface CasOptions {
-  /** Log entries written with the status change, after its `status.changed` entry. */
-  logs?: LogInsert[];
-  /** Writes before the CAS, which `guard` may name (the resource row an acquisition takes). */
-  before?: AlsoWrite[];
-  /** A further condition of the write (the resource is still active, no release is waiting). Refused: `casIf` returns null. */
-  guard?: (p: Params) => string;
-  also?: AlsoWrite[];
-  /** An expression evaluated last that may raise, undoing the whole statement (slot locks held by others). */
-  failIf?: string;
-  /** A lease's resource as the writer has it, handed to watchers in this process with the event. */
-  resource?: ResourceRow;
-}
-
-/** What an acquisition takes, in the statement that also moves the lease to acquired (`Store.takeResource`). */
-export interface Acquisition {
-  resourceId: string;
-  /** `maxLeasesPerResource` of the resource's blueprint. */
-  maxLeases: number | null;
-  /** Slot locks the lease holds until it is destroyed: all of them, or the statement does nothing. */
-  slots: string[];
-  /** Take the resource only if no lease of this type waits (first come, first served for a newcomer). */
-  unlessWaiting?: string;
-}
-
-export interface CasResult<Row> {
-  row: Row;
-  also: Record<string, any[]>;
-}
+import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
+export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
 
 export function mapLease(r: Record<string, any>): LeaseRow {
   return {
@@ -191,35 +75,9 @@ export function slotConflictKeys(error: unknown): string[] | null {
   }
 }
 
-/** A blueprint whose builds fail in a row (`Store.blueprintFailed`). */
-export interface BlueprintFailure {
-  blueprint: string;
-  streak: number;
-  lastError: string;
-  lastFailureAt: DateTime;
-  retryAt: DateTime;
-}
-
 export function mapBlueprintFailure(r: Record<string, any>): BlueprintFailure {
   return { blueprint: r.blueprint, streak: Number(r.streak), lastError: r.last_error, lastFailureAt: fromDb(r.last_failure_at)!, retryAt: fromDb(r.retry_at)! };
 }
-
-/** What a new lease row holds (`Store.insertLease`). */
-export interface NewLease {
-  id: string;
-  type: string;
-  attributes: JsonObject;
-  blueprints: string[] | null;
-  owner: string | null;
-  priority: number;
-  expiresAt: DateTime | null;
-  deadlineAt: DateTime | null;
-  parentResourceId: string | null;
-  childKey: string | null;
-}
-
-/** Column updates that go with a CAS, as `column: value`. JSON values are passed as JSON text. */
-type Sets = Record<string, unknown>;
 
 /** A statement that issued more than one statement where one was promised (`Store.single`). */
 class SingleStatementError extends Error {
@@ -228,38 +86,16 @@ class SingleStatementError extends Error {
   }
 }
 
-/** Names a new lease or resource. */
-export type IdSource = (prefix: 'lease' | 'res') => string;
-
 /**
  * The createBroker option under which `slipway/testing` passes an IdSource (numbered ids
  * for stable snapshots). A symbol, so it is no option a user can name or misspell.
  */
 export const ID_SOURCE = Symbol('slipway.idSource');
 
-/** A work item claimed by this worker (`Store.claimWork`). */
-export interface ClaimedWork {
-  kind: ObjectKind;
-  id: string;
-  wakeCount: number;
-  chained: boolean;
-  attempts: number;
-  /** The queue's order: resources first (their progress frees leases), then the lease's priority. */
-  priority: number;
-}
-
-/** A work item as its claim holds it: the pass's end writes only if the claim is still this worker's. */
-export interface WorkRef {
-  kind: ObjectKind;
-  id: string;
-  workerId: string;
-  wakeCount: number;
-}
-
 /** Above any lease priority (an integer column): a resource's pass is queued first. */
 const RESOURCE_PRIORITY = 2 ** 31;
 
-export class Store {
+export class Store implements StoreBackend {
   readonly sql: Statements;
   readonly s: string;
 

@@ -424,8 +424,8 @@ export abstract class ModelHarness {
   // --- reading and checking the database -------------------------------------------------------
 
   async snapshot(): Promise<Snapshot> {
-    const { db, runtime } = internals.get(this.broker)!;
-    const s = runtime.store.s;
+    const { db, store } = internals.get(this.broker)!;
+    const s = store.s;
     const running = this.inflightNow();
     const before = this.now();
     return db.transaction(async (tx) => {

@@ -1,0 +1,413 @@
+import type { DateTime, Duration } from 'luxon';
+import type { LogDataByType, LogType } from '../logs/log-types.js';
+import type { LeaseRecord, ResourceRecord } from '../model/lease.js';
+import type { JsonObject } from '../model/spec.js';
+import type { LeaseStatus, ObjectKind, ResourceStatus } from '../model/states.js';
+import type { Sql } from './db.js';
+import type { Params } from './params.js';
+
+/*
+ * What the engine and the broker ask of storage, in one place: `StoreBackend`, with the rows
+ * it reads and writes. `Store` (store.ts) implements it on PostgreSQL or PGlite, with every
+ * statement in lib/store/sql/. Nothing above lib/store/ sees SQL, a schema name or a driver.
+ *
+ * A *unit of work* (`unit`, `single`) is one transaction, or one statement that commits by
+ * itself. Each write method takes the unit it joins; the status change it makes commits
+ * together with the work item, command and log rows that follow from it, or not at all.
+ * Status events and log rows are announced to this process's listeners after the commit.
+ */
+
+export interface LeaseRow extends LeaseRecord {
+  seq: number;
+  blueprints: string[] | null;
+  allocatingResourceId: string | null;
+  childKey: string | null;
+  deadlineAt: DateTime | null;
+  waitLogId: number | null;
+  phase: string | null;
+  phaseAttempts: number;
+  /** Allocations this lease drove that failed in a row, and the last one's error. */
+  allocationFailures: number;
+  lastFailure: string | null;
+  /** No new allocation for this lease before then (its own backoff). */
+  allocateAfter: DateTime | null;
+  /** Why the lease's own worker released it, when the clock did. */
+  endCause: 'expired' | 'timeout' | null;
+  /** Whether unconsumed commands to this lease existed when the row was read. */
+  hasCommands: boolean;
+}
+
+/** What `lease.signal` needs to know of a lease. */
+export type LeaseStatusRow = Pick<LeaseRow, 'id' | 'status' | 'brokenReason' | 'expiresAt' | 'statusChangedAt'>;
+
+export interface LeaseWithResource extends LeaseRow {
+  resource: ResourceRow | null;
+}
+
+export interface ResourceRow extends ResourceRecord {
+  allocated: boolean;
+  phase: string | null;
+  phaseAttempts: number;
+  reservedFor: string | null;
+  idleSince: DateTime | null;
+  /** Leases on this resource that are not destroyed yet. */
+  leaseCount: number;
+  /** It broke because a build hook (allocateResource, activateResource) failed. */
+  buildFailed: boolean;
+  /** Whether unconsumed commands to this resource existed when the row was read. */
+  hasCommands: boolean;
+}
+
+export interface CommandRow {
+  id: number;
+  targetKind: ObjectKind;
+  targetId: string;
+  command: 'release' | 'reclaim' | 'break';
+  data: JsonObject;
+  author: string | null;
+}
+
+export interface StatusEvent {
+  kind: ObjectKind;
+  id: string;
+  from: string | null;
+  to: string;
+  /** The row as the change left it, and for a lease its resource when the writer had it: watchers in this process need not read them. */
+  row?: LeaseRow | ResourceRow;
+  resource?: ResourceRow;
+}
+
+export interface LogInsert<T extends string = string> {
+  type: T;
+  data: T extends LogType ? LogDataByType[T] : JsonObject;
+  lease?: string | null;
+  resource?: string | null;
+  blueprint?: string | null;
+}
+
+/** One short transaction (or one statement on its own), plus what to announce once it commits. */
+export interface Unit {
+  sql: Sql;
+  now: DateTime;
+  events: StatusEvent[];
+  logs: Array<Record<string, unknown>>;
+  /** Work became due: this broker's workers, and the other brokers of the schema, should look. */
+  woke: boolean;
+}
+
+/** More writes in the statement of a compare-and-set; they see the updated row as `upd`. */
+export interface AlsoWrite {
+  name: string;
+  sql: (p: Params) => string;
+  /** Hand back its RETURNING rows (`CasResult.also[name]`). */
+  returning?: boolean;
+}
+
+export interface CasOptions {
+  /** Log entries written with the status change, after its `status.changed` entry. */
+  logs?: LogInsert[];
+  /** Writes before the CAS, which `guard` may name (the resource row an acquisition takes). */
+  before?: AlsoWrite[];
+  /** A further condition of the write (the resource is still active, no release is waiting). Refused: `casIf` returns null. */
+  guard?: (p: Params) => string;
+  also?: AlsoWrite[];
+  /** An expression evaluated last that may raise, undoing the whole statement (slot locks held by others). */
+  failIf?: string;
+  /** A lease's resource as the writer has it, handed to watchers in this process with the event. */
+  resource?: ResourceRow;
+}
+
+/** What an acquisition takes, in the statement that also moves the lease to acquired (`Store.takeResource`). */
+export interface Acquisition {
+  resourceId: string;
+  /** `maxLeasesPerResource` of the resource's blueprint. */
+  maxLeases: number | null;
+  /** Slot locks the lease holds until it is destroyed: all of them, or the statement does nothing. */
+  slots: string[];
+  /** Take the resource only if no lease of this type waits (first come, first served for a newcomer). */
+  unlessWaiting?: string;
+}
+
+export interface CasResult<Row> {
+  row: Row;
+  also: Record<string, any[]>;
+}
+
+/** A blueprint whose builds fail in a row (`Store.blueprintFailed`). */
+export interface BlueprintFailure {
+  blueprint: string;
+  streak: number;
+  lastError: string;
+  lastFailureAt: DateTime;
+  retryAt: DateTime;
+}
+
+/** What a new lease row holds (`Store.insertLease`). */
+export interface NewLease {
+  id: string;
+  type: string;
+  attributes: JsonObject;
+  blueprints: string[] | null;
+  owner: string | null;
+  priority: number;
+  expiresAt: DateTime | null;
+  deadlineAt: DateTime | null;
+  parentResourceId: string | null;
+  childKey: string | null;
+}
+
+/** Column updates that go with a CAS, as `column: value`. JSON values are passed as JSON text. */
+export type Sets = Record<string, unknown>;
+
+/** Names a new lease or resource. */
+export type IdSource = (prefix: 'lease' | 'res') => string;
+
+/** A work item claimed by this worker (`Store.claimWork`). */
+export interface ClaimedWork {
+  kind: ObjectKind;
+  id: string;
+  wakeCount: number;
+  chained: boolean;
+  attempts: number;
+  /** The queue's order: resources first (their progress frees leases), then the lease's priority. */
+  priority: number;
+}
+
+/** A work item as its claim holds it: the pass's end writes only if the claim is still this worker's. */
+export interface WorkRef {
+  kind: ObjectKind;
+  id: string;
+  workerId: string;
+  wakeCount: number;
+}
+
+/**
+ * The storage the engine and the broker use, as named domain operations. Methods that take
+ * a `Unit` write in it; the others read outside any transaction.
+ */
+export interface StoreBackend {
+  /** Resolves once every unit of work started before the call has committed or failed. */
+  settled(): Promise<void>;
+  /** Runs one short unit of work in a transaction; announces its status changes and logs after commit. */
+  unit<T>(work: (unit: Unit) => Promise<T>): Promise<T>;
+  /**
+   * A unit of work that is one statement, so it needs no transaction: the statement
+   * commits by itself (one round trip instead of three). Its writes are all in that
+   * statement (a CAS with its logs and wake-ups, an insert with its work item), so it is
+   * exactly as atomic as a transaction. A second statement is a bug and throws.
+   */
+  single<T>(work: (unit: Unit) => Promise<T>): Promise<T>;
+  /** A new id for a lease or resource: random, or from the IdSource the broker was given. */
+  newId(prefix: 'lease' | 'res'): string;
+
+  // --- Reads of one object
+
+  /** A lease, with whether commands wait for it. */
+  lease(id: string, sql?: Sql): Promise<LeaseRow | null>;
+  /** A lease and, in the same read, its resource (what `acquire()` hands over). */
+  leaseWithResource(id: string): Promise<LeaseWithResource | null>;
+  /** The status of each of these leases that still has a row (history is collected after `retention`). */
+  leaseStatuses(ids: string[]): Promise<LeaseStatusRow[]>;
+  /** A resource, with whether commands wait for it. */
+  resource(id: string, sql?: Sql): Promise<ResourceRow | null>;
+  /** The leases on a resource that are not destroyed yet, oldest first. */
+  leasesOnResource(resourceId: string, sql?: Sql): Promise<LeaseRow[]>;
+  /** How many leases are active, how many of them have no expiry, and since when the oldest is active. */
+  activeLeases(): Promise<{ active: number; withoutTtl: number; oldestSince: DateTime | null }>;
+  /** The unconsumed commands to an object, oldest first. */
+  commands(kind: ObjectKind, id: string, sql?: Sql): Promise<CommandRow[]>;
+
+  // --- Status changes (compare-and-set), logs, wake-ups, commands, slot locks, failure streaks
+
+  /** CAS a lease's status, checked against the transition table; refuses (throws) if the row moved on. */
+  casLease(unit: Unit, id: string, from: LeaseStatus, to: LeaseStatus, sets?: Sets, options?: CasOptions): Promise<LeaseRow>;
+  /** CAS a resource's status, checked against the transition table; refuses (throws) if the row moved on. */
+  casResource(unit: Unit, id: string, from: ResourceStatus, to: ResourceStatus, sets?: Sets, options?: CasOptions): Promise<ResourceRow>;
+  /** A CAS whose `guard` may refuse it: null when refused (the caller reads why), the row otherwise. */
+  casIf<K extends ObjectKind>(unit: Unit, kind: K, id: string, from: string, to: string, sets: Sets, options: CasOptions): Promise<CasResult<K extends 'lease' ? LeaseRow : ResourceRow> | null>;
+  /** A CAS that must apply, with the RETURNING rows of its `also` writes. */
+  casWith(unit: Unit, kind: ObjectKind, id: string, from: string, to: string, sets?: Sets, options?: CasOptions): Promise<CasResult<LeaseRow | ResourceRow>>;
+  /**
+   * The writes that take a resource for lease `leaseId`, as CTEs of the statement that
+   * acquires the lease: `taken`, the resource row (still active, not reserved for another
+   * lease, below `maxLeases`; its row lock keeps it so until the statement commits); the
+   * slot locks; and `conflicts`, the keys held by others. The statement's `failIf`
+   * (`acquisitionFails`) then undoes everything if there is any conflict.
+   */
+  takeResource(leaseId: string, a: Acquisition, now: DateTime): AlsoWrite[];
+  /**
+   * One statement: a new lease created already acquired on a free resource (the fast path
+   * of a request, when nothing waits ahead of it). It takes the resource and the slot
+   * locks as `takeResource` does (only if no lease of the type waits: `unlessWaiting`),
+   * inserts the lease (`acquired`, with the intent to activate it recorded) and its work
+   * item, claimed by `claimedBy`, and logs what a lease that queued and was then acquired
+   * would log. Null when the resource is no longer free or a lease waits (nothing was
+   * written); slot locks held by others raise SW001.
+   */
+  insertAcquired(unit: Unit, lease: NewLease, a: Acquisition, attributes: JsonObject, blueprint: string, claimedBy: { worker: string; until: DateTime }): Promise<{ lease: LeaseRow; resource: ResourceRow } | null>;
+  /**
+   * See `takeResource`: undoes the statement when slot locks are held by others (SW001,
+   * with their keys), or when the resource was taken but `lease` (the CTE that records
+   * the acquisition) wrote nothing (SW002: the lease moved on meanwhile).
+   */
+  acquisitionFails(lease: string): string;
+  /**
+   * One statement: a new pending lease, its work item (claimed by `claimedBy` when this
+   * broker's workers run it at once), and its `lease.queued` log. Idempotent per id: run
+   * again after an unknown outcome, it inserts nothing and returns null.
+   */
+  insertLease(unit: Unit, lease: NewLease, claimedBy: { worker: string; until: DateTime } | null): Promise<LeaseRow | null>;
+  /**
+   * One statement: a command to an object that is not destroyed, and a wake (or a new
+   * work item) for the object's worker. Returns the object's status, or null if there is
+   * no such object; on `destroyed` nothing is written.
+   */
+  writeCommand(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject, author: string | null): Promise<string | null>;
+  /** Updates columns of an object whose status must still be `status` (the single writer's own bookkeeping). */
+  update(unit: Unit, kind: ObjectKind, id: string, status: string, sets: Sets): Promise<boolean>;
+  /** Writes one log row in the unit (announced after commit); its id. */
+  log<T extends string>(unit: Unit, entry: LogInsert<T>): Promise<number>;
+  /**
+   * Logs `entry`, or bumps the count of the newest entry of its type about the same
+   * object (since `since`) when that one has the same values under `same`: a condition
+   * met again and again is one row (invariant 5), not a row per retry.
+   */
+  logCoalesced<T extends string>(unit: Unit, entry: LogInsert<T>, same: string[], since?: DateTime): Promise<void>;
+  /** Counts one more occurrence of log row `id`, with `data` as its latest values. */
+  bumpLog(unit: Unit, id: number, data: JsonObject): Promise<boolean>;
+  /** The object's work item, due at `runAt` (null: now), created if it has none. */
+  ensureWork(unit: Unit, kind: ObjectKind, id: string, runAt: DateTime | null, priority?: number, seq?: number): Promise<void>;
+  /** Makes the work items of these objects due now, counting a wake on each (a running pass then goes once more). */
+  wake(unit: Unit, kind: ObjectKind, ids: string[]): Promise<void>;
+  /**
+   * Hands a freed-capacity wake to the best-ranked waiting lease that may use these
+   * blueprints. `after` passes a wake on down the queue: to leases ranked after the one
+   * that could not use it, and only to those that ask for something else (type,
+   * attributes, blueprints), since a lease that asks for the same would be refused the same.
+   */
+  wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints'>): Promise<string | null>;
+  /**
+   * Freed capacity on an active resource goes to the best-ranked waiting lease: it is
+   * woken and the resource is reserved for it, so a newcomer cannot jump the queue.
+   * If it cannot use the resource it drops the reservation and passes the wake on.
+   */
+  handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null>;
+  /** A reservation held by a lease that stops waiting frees its resource for the next waiter. */
+  dropReservation(unit: Unit, lease: Pick<LeaseRow, 'id' | 'allocatingResourceId'>): Promise<void>;
+  /** Records a command to an object and makes its work item due; the object's own worker consumes it. */
+  command(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data?: JsonObject, author?: string | null): Promise<void>;
+  /** Marks a command consumed with its outcome; false if it already was (exactly once). */
+  consume(unit: Unit, commandId: number, outcome: string): Promise<boolean>;
+  /** Which of `keys`, in their order, no object but this holder holds now (a read: see `freeSlots`). */
+  freeSlots(kind: ObjectKind, id: string, keys: string[]): Promise<string[]>;
+  /** Takes every key or none: on a conflict the caller's transaction must roll back. */
+  lockSlots(unit: Unit, kind: ObjectKind, id: string, keys: string[]): Promise<void>;
+  /**
+   * One statement: blueprint `name` failed once more (a build hook or a policy function
+   * threw). Its streak grows, and no new allocation of it starts before now plus the
+   * capped exponential backoff of the streak. The upsert serializes concurrent failures
+   * of one blueprint on its row, so no increment is lost.
+   */
+  blueprintFailed(unit: Unit, name: string, error: string, backoff: { initial: Duration; max: Duration }): Promise<{ streak: number; retryAt: DateTime }>;
+  /** A resource of the blueprint activated: its failure streak is over. */
+  blueprintRecovered(unit: Unit, name: string): Promise<void>;
+  /** A blueprint's failure streak and backoff, if it has one. */
+  blueprintFailure(name: string, sql?: Sql): Promise<BlueprintFailure | null>;
+  /** Every blueprint's failure streak (stats). */
+  blueprintFailures(): Promise<BlueprintFailure[]>;
+  /** Frees every slot lock an object holds. */
+  releaseSlots(unit: Unit, kind: ObjectKind, id: string): Promise<void>;
+
+  // --- The work queue: claim, heartbeat, finish
+
+  /** Claims up to `limit` due work items for `workerId` (SKIP LOCKED), none of `skip` (`kind:id`, already running here). */
+  claimWork(now: DateTime, limit: number, workerId: string, skip: string[], until: DateTime): Promise<ClaimedWork[]>;
+  /** When the earliest work item scheduled after `now` is due, if any. */
+  nextDueAt(now: DateTime): Promise<DateTime | null>;
+  /** Whether any work item is due at `now`. */
+  anyWorkDue(now: DateTime): Promise<boolean>;
+  /** Deletes a finished object's work item, unless a wake arrived during the pass (its wake count moved) or the claim is lost. */
+  deleteWork(item: WorkRef): Promise<boolean>;
+  /**
+   * Ends a pass: the claim goes, and the item runs again at `runAt` (null: parked until
+   * a wake), or at once if a wake arrived during the pass. Null if the claim was lost.
+   */
+  finishWork(item: WorkRef, now: DateTime, runAt: DateTime | null, attempts: number): Promise<{ due: boolean } | null>;
+  /** Extends the claims of `keys` (`kind:id`) that `workerId` still holds. */
+  heartbeat(keys: string[], workerId: string, until: DateTime): Promise<void>;
+  /** Gives up the claims of one worker, or of every worker (an embedded database has one owner: claims of an earlier one are dead). */
+  releaseClaims(workerId?: string): Promise<void>;
+
+  // --- The allocator: candidates, acquire, grow, reclaim
+
+  /** A lease lets go of the resource it drove or had reserved (both rows, one statement). */
+  forgetReservation(unit: Unit, leaseId: string, resourceId: string): Promise<void>;
+  /** One page of a blueprint's active resources that lease `leaseId` might take, lease count within [low, high], after `after`. */
+  freeResources(blueprint: string, leaseId: string, low: number, high: number, after: ResourceRow | null, limit: number): Promise<ResourceRow[]>;
+  /**
+   * One statement: a pending lease takes an active resource (see `takeResource`), with its
+   * slot locks, and moves to acquired with `sets`; a reservation it held elsewhere is freed
+   * (`freed`: the resources, and whether each is free now). Null when the resource is no
+   * longer available; slot locks held by others raise SW001.
+   */
+  acquireOnResource(unit: Unit, leaseId: string, a: Acquisition, sets: Sets, logs: LogInsert[]): Promise<{ lease: LeaseRow; resource: ResourceRow; freed: Array<{ type: string; blueprint: string; free: boolean }> } | null>;
+  /** Under the lease's row lock: whether it is still pending and drives no allocation nor holds a reservation. */
+  lockLeaseForAllocation(unit: Unit, leaseId: string): Promise<boolean>;
+  /**
+   * Serializes the allocation decisions of one blueprint for the rest of the transaction,
+   * and reads what they decide on: resources allocating and active, and its failure streak.
+   */
+  lockAllocations(unit: Unit, blueprint: string): Promise<{ allocating: number; active: number; failure: BlueprintFailure | null }>;
+  /** Takes the first free one of a blueprint's `maxResources` capacity slots for a new resource; false when all are held. */
+  takeCapacitySlot(unit: Unit, blueprint: string, maxResources: number, resourceId: string): Promise<boolean>;
+  /** A new pending resource, reserved for the lease that drives it, with its work item. */
+  insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string }): Promise<void>;
+  /** The idle resource of a full blueprint that lease `leaseId` may reclaim (idle since `idleBefore` or earlier); with a unit, row-locked (SKIP LOCKED). */
+  reclaimable(blueprint: string, idleBefore: DateTime, leaseId: string, unit?: Unit): Promise<string | null>;
+  /** Whether a lease still wants a resource of `blueprint` being built: the one it is reserved for, or a waiting lease of the type. */
+  demandFor(type: string, blueprint: string, reservedFor: string | null): Promise<boolean>;
+
+  // --- Activate, release and destroy
+
+  /** A requeued lease no longer counts on its resource. */
+  uncountLease(unit: Unit, resourceId: string): Promise<void>;
+  /** Marks an active resource idle from now, if it has no lease and no mark yet. */
+  markIdle(unit: Unit, resourceId: string): Promise<void>;
+  /** A resource's status, reservation and lease count, read under its row lock (a reclaim decides on them). */
+  lockResource(unit: Unit, id: string): Promise<{ status: ResourceStatus; reservedFor: string | null; leaseCount: number } | null>;
+  /**
+   * One statement: acquired → active, unless the lease expired by `unit.now`, its resource
+   * is no longer active, or a release or break waits for it (see `activationGuard`).
+   */
+  activateLease(unit: Unit, leaseId: string, resource: ResourceRow, sets: Sets, logs: LogInsert[]): Promise<LeaseRow | null>;
+  /**
+   * One statement: the lease is destroyed, its slot locks go, a reservation it held goes
+   * back (`freed`), and its resource counts one lease fewer (`left`: what it is now).
+   */
+  destroyLease(unit: Unit, leaseId: string, from: LeaseStatus, logs: LogInsert[]): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: { id: string; status: ResourceStatus; leaseCount: number; type: string; blueprint: string } | null }>;
+  /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */
+  consumedWith(commandId: number, now: DateTime): AlsoWrite;
+
+  /** The guard of an idle expiry (a CAS's `guard`): no lease was acquired or reserved since the read. */
+  readonly idleGuard: () => string;
+
+  // --- Child leases
+
+  /** The child lease a resource took under `key`, if any (the newest). */
+  childLease(resourceId: string, key: string): Promise<LeaseRow | null>;
+  /** The ids of a resource's child leases that are not on their way out yet. */
+  liveChildLeases(unit: Unit, resourceId: string): Promise<string[]>;
+
+  // --- Reads and stats for the public API
+
+  /** Leases for `broker.leases.list`: of these statuses (null: any), type, owner and resource. */
+  listLeases(q: { statuses: string[] | null; type?: string; owner?: string; resource?: string }): Promise<LeaseRow[]>;
+  /** Resources for `broker.resources.list`: of these statuses (null: any), type and blueprint. */
+  listResources(q: { statuses: string[] | null; type?: string; blueprint?: string }): Promise<ResourceRow[]>;
+  /** Log rows, oldest first, raw (the broker renders them). */
+  listLogs(f: { lease?: string; resource?: string; blueprint?: string; type?: string }): Promise<Array<Record<string, any>>>;
+  /** Resources counted by blueprint, type, status and whether their destroy is under way, with the oldest status change of each group. */
+  resourceCounts(): Promise<Array<{ blueprint: string; type: string; status: ResourceStatus; destroying: boolean; n: number; oldest: DateTime | null }>>;
+  /** Leases counted by type and status, with the oldest status change of each group. */
+  leaseCounts(): Promise<Array<{ type: string; status: LeaseStatus; n: number; oldest: DateTime | null }>>;
+}
