@@ -15,7 +15,8 @@ import { internals, type Broker } from '../../lib/broker/index.js';
 import type { Blueprint } from '../../lib/blueprint/contract.js';
 import { HOOKS, type HookName } from '../../lib/blueprint/timeouts.js';
 import { RetryLater } from '../../lib/errors/retry-later.js';
-import { isLegalTransition, type ObjectKind } from '../../lib/model/states.js';
+import type { ObjectKind } from '../../lib/model/states.js';
+import { admitted, allocationLimit, TransitionReplay } from './invariants.js';
 import type { DatabaseOptions } from '../../lib/store/open.js';
 import { createTestBroker, fakeBlueprint, type FakeBlueprint } from '../../lib/testing/index.js';
 import { fromDb } from '../../lib/time.js';
@@ -213,7 +214,6 @@ export interface Snapshot {
 }
 
 export const ms = (v: unknown) => fromDb(v as Date | string | null)?.toMillis() ?? null;
-export const allocationLimit = (active: number) => Math.max(1, Math.ceil(0.25 * active));
 /**
  * The allocation-limit replay reads log rows in id order. On embedded that is commit order
  * (one unit at a time). On Postgres a unit that takes a resource out of `active` can log
@@ -242,7 +242,7 @@ export abstract class ModelHarness {
   private lastLogId = 0;
   /** Counts fault hits and hook timeouts, and is read as each snapshot starts: what the harness knew before that snapshot. */
   protected seq = 0;
-  private readonly replayed = new Map<string, { status: string; visited: Set<string> }>();
+  private readonly replay = new TransitionReplay();
   private readonly activeHistory: number[] = [];
   last: Snapshot | undefined;
   /** Resource id -> its place in allocation order (from the resource.allocating logs): how steps pick a resource, independent of ids. */
@@ -466,7 +466,7 @@ export abstract class ModelHarness {
   /** Drops what the log replay learned: the next snapshot replays every log row from the first. */
   private forgetReplay() {
     this.lastLogId = 0;
-    this.replayed.clear();
+    this.replay.clear();
     this.activeHistory.length = 0;
     this.allocationOrder.clear();
     this.transitions.length = 0;
@@ -514,43 +514,29 @@ export abstract class ModelHarness {
     for (const log of snap.logs) {
       if (log.type === 'resource.allocating') {
         const id = log.resource!;
-        const live = [...this.replayed.entries()].filter(([k]) => k.startsWith('resource:'));
-        const pending = live.filter(([, v]) => v.status === 'pending').length;
-        const activeNow = live.filter(([, v]) => v.status === 'active').length;
+        const pending = this.replay.count('resource', 'pending');
         const window = this.activeHistory.slice(Math.max(0, this.activeHistory.length - ACTIVE_WINDOW));
-        const active = Math.max(activeNow, ...window);
-        if (pending >= allocationLimit(active)) problems.push(`allocation limit exceeded: ${id} started while ${pending} resource(s) were allocating and ${active} active (limit ${allocationLimit(active)}) [log ${log.id}]`);
-        this.replayed.set(`resource:${id}`, { status: 'pending', visited: new Set(['pending']) });
+        const active = Math.max(this.replay.count('resource', 'active'), ...window);
+        if (!admitted(pending, active)) problems.push(`allocation limit exceeded: ${id} started while ${pending} resource(s) were allocating and ${active} active (limit ${allocationLimit(active)}) [log ${log.id}]`);
+        const nonDestroyed = this.replay.entries('resource').filter(([, status]) => status !== 'destroyed').length + 1;
+        if (config.maxResources !== null && nonDestroyed > config.maxResources) problems.push(`maxResources ${config.maxResources} exceeded: ${id} is resource number ${nonDestroyed} not destroyed [log ${log.id}]`);
         this.allocationOrder.set(id, this.allocationOrder.size);
         this.transitions.push({ kind: 'resource', id, from: null, to: 'pending', resource: id });
-        const nonDestroyed = live.filter(([, v]) => v.status !== 'destroyed').length + 1;
-        if (config.maxResources !== null && nonDestroyed > config.maxResources) problems.push(`maxResources ${config.maxResources} exceeded: ${id} is resource number ${nonDestroyed} not destroyed [log ${log.id}]`);
       } else {
         const kind = log.data.kind as ObjectKind;
-        const id = kind === 'lease' ? log.lease : log.resource;
-        const key = `${kind}:${id}`;
         const { from, to } = log.data as { from: string; to: string };
-        this.transitions.push({ kind, id: id!, from, to, resource: log.resource });
-        if (!isLegalTransition(kind, from, to)) problems.push(`illegal transition logged: ${key} ${from} -> ${to} [log ${log.id}]`);
-        let entry = this.replayed.get(key);
-        if (!entry) {
-          if (kind === 'resource') problems.push(`status change of ${key} before its resource.allocating log [log ${log.id}]`);
-          entry = { status: 'pending', visited: new Set(['pending']) };
-          this.replayed.set(key, entry);
-        }
-        if (entry.status !== from) problems.push(`status chain of ${key} broken: logged ${from} -> ${to} after it was ${entry.status} [log ${log.id}]`);
-        entry.status = to;
-        entry.visited.add(to);
+        this.transitions.push({ kind, id: (kind === 'lease' ? log.lease : log.resource)!, from, to, resource: log.resource });
       }
-      this.activeHistory.push([...this.replayed.entries()].filter(([k, v]) => k.startsWith('resource:') && v.status === 'active').length);
+      problems.push(...this.replay.apply(log));
+      this.activeHistory.push(this.replay.count('resource', 'active'));
       this.lastLogId = Math.max(this.lastLogId, log.id);
     }
     for (const l of snap.leases) {
-      const replayed = this.replayed.get(`lease:${l.id}`)?.status ?? 'pending';
+      const replayed = this.replay.status(`lease:${l.id}`) ?? 'pending';
       if (replayed !== l.status) problems.push(`lease ${l.id} is ${l.status} but its logged changes end at ${replayed}`);
     }
     for (const r of snap.resources) {
-      const replayed = this.replayed.get(`resource:${r.id}`)?.status;
+      const replayed = this.replay.status(`resource:${r.id}`);
       if (replayed !== r.status) problems.push(`resource ${r.id} is ${r.status} but its logged changes end at ${replayed ?? '(none: no resource.allocating log)'}`);
     }
 
@@ -641,7 +627,7 @@ export abstract class ModelHarness {
         continue;
       }
       if (m.expiresAt !== l.expiresAt) problems.push(`lease ${l.id} expires at ${l.expiresAt}, the model says ${m.expiresAt}`);
-      const visited = this.replayed.get(`lease:${l.id}`)?.visited ?? new Set(['pending']);
+      const visited = this.replay.visited(`lease:${l.id}`) ?? new Set(['pending']);
       const doom = this.leaseDoom(l.id, snap);
       if (l.status === 'destroyed' && doom === null) problems.push(`lease ${l.id} was destroyed without a cause (not released, not expired, no fatal fault, not told by its resource)`);
       if (visited.has('broken')) {
@@ -662,7 +648,7 @@ export abstract class ModelHarness {
       if (l && l.resourceId !== rid) problems.push(`resource ${rid} told lease ${c.targetId} to ${c.command}, but that lease is on ${l.resourceId}`);
     }
     for (const r of snap.resources) {
-      const visited = this.replayed.get(`resource:${r.id}`)?.visited ?? new Set<string>();
+      const visited = this.replay.visited(`resource:${r.id}`) ?? new Set<string>();
       if (r.status === 'destroyed' && this.resourceDoom(r.id, snap) === null) problems.push(`resource ${r.id} was destroyed without a cause`);
       if (visited.has('broken') && !this.fatalResources().has(r.id) && !this.resources.get(r.id)?.broken) problems.push(`resource ${r.id} broke without a fatal fault or a break command`);
       if (this.fatalResources(snap).has(r.id) && !visited.has('broken')) problems.push(`resource ${r.id} met a fatal fault but never went to broken (${[...visited].join(', ')})`);
@@ -696,7 +682,7 @@ export abstract class ModelHarness {
       const doom = this.leaseDoom(l.id, snap);
       if (doom !== null && l.status !== 'destroyed') problems.push(`lease ${l.id} should be destroyed (${doom}) but is ${l.status}`);
       if (doom === null && l.status !== 'active' && !(l.status === 'pending' && this.poolFull(snap))) problems.push(`lease ${l.id} should be active but is ${l.status}`);
-      const visited = this.replayed.get(`lease:${l.id}`)?.visited;
+      const visited = this.replay.visited(`lease:${l.id}`);
       if (this.fatalLeases(snap).has(l.id) && !visited?.has('broken')) problems.push(`lease ${l.id} met a fatal fault but never went to broken`);
     }
     for (const r of snap.resources) {
