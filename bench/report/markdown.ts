@@ -45,7 +45,7 @@ export function markdownSummary(r: Results, svgName: string | null): string {
     const c = r.references.coldStart;
     out.push(`createBroker() on the embedded database, median of ${c.samples} fresh processes (cold: the first in the process; warm: the second):`);
     out.push('');
-    out.push(table(['database', 'cold ms', 'warm ms'], [['in memory', c.memoryColdMs, c.memoryWarmMs], ['new dataDir', c.dataDirColdMs, c.dataDirWarmMs]]));
+    out.push(table(['database', 'cold ms', 'warm ms'], [['in memory', c.memoryColdMs, c.memoryWarmMs], ['new dataDir', c.dataDirColdMs, c.dataDirWarmMs], ['new dataDir after in-memory brokers', '', c.dataDirAfterMemoryMs ?? '']]));
     out.push('');
   }
   for (const [tier, t] of Object.entries(r.tiers) as Array<[TierName, TierResults]>) out.push(tierSection(tier, t, svgName));

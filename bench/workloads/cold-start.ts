@@ -1,8 +1,9 @@
 /**
- * `createBroker()` cold and warm on the embedded database: each sample is a fresh Node
- * process (a child), which times its first broker (cold: PGlite's WASM, the migrated
- * template, the broker) and then a second one in the same process (warm), in memory and
- * on a new dataDir. Run alone: `npx tsx bench/workloads/cold-start.ts [samples]`.
+ * `createBroker()` cold and warm on the embedded database. Each sample is two fresh Node
+ * processes (children): one times its first broker in memory (cold: PGlite's WASM, the
+ * migrated template, the broker), a second one (warm), then a new dataDir after them; the
+ * other times a new dataDir as the process's first broker (cold), then a second new one.
+ * Run alone: `npx tsx bench/workloads/cold-start.ts [samples]`.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -17,6 +18,8 @@ export interface ColdStart {
   memoryWarmMs: number;
   dataDirColdMs: number;
   dataDirWarmMs: number;
+  /** A new dataDir opened after in-memory brokers in the same process. */
+  dataDirAfterMemoryMs: number;
 }
 
 const CHILD = fileURLToPath(import.meta.url);
@@ -32,11 +35,16 @@ async function child(): Promise<void> {
   };
   const dir = mkdtempSync(join(tmpdir(), 'slipway-cold-'));
   try {
-    const memoryCold = await timed({});
-    const memoryWarm = await timed({});
-    const dataDirCold = await timed({ database: { embedded: true, dataDir: join(dir, 'a') } });
-    const dataDirWarm = await timed({ database: { embedded: true, dataDir: join(dir, 'b') } });
-    process.stdout.write(JSON.stringify({ memoryCold, memoryWarm, dataDirCold, dataDirWarm }));
+    if (process.argv.includes('dataDir')) {
+      const dataDirCold = await timed({ database: { embedded: true, dataDir: join(dir, 'a') } });
+      const dataDirWarm = await timed({ database: { embedded: true, dataDir: join(dir, 'b') } });
+      process.stdout.write(JSON.stringify({ dataDirCold, dataDirWarm }));
+    } else {
+      const memoryCold = await timed({});
+      const memoryWarm = await timed({});
+      const dataDirAfterMemory = await timed({ database: { embedded: true, dataDir: join(dir, 'a') } });
+      process.stdout.write(JSON.stringify({ memoryCold, memoryWarm, dataDirAfterMemory }));
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -50,11 +58,11 @@ const median = (xs: number[]) => {
 export async function coldStart(samples: number): Promise<ColdStart> {
   const runs: Array<Record<string, number>> = [];
   for (let i = 0; i < samples; i++) {
-    const out = execFileSync(process.execPath, ['--import', 'tsx', CHILD, '--child'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
-    runs.push(JSON.parse(out));
+    const run = (first: string) => JSON.parse(execFileSync(process.execPath, ['--import', 'tsx', CHILD, '--child', first], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+    runs.push({ ...run('memory'), ...run('dataDir') });
   }
   const of = (k: string) => median(runs.map((r) => r[k]!));
-  return { samples, memoryColdMs: of('memoryCold'), memoryWarmMs: of('memoryWarm'), dataDirColdMs: of('dataDirCold'), dataDirWarmMs: of('dataDirWarm') };
+  return { samples, memoryColdMs: of('memoryCold'), memoryWarmMs: of('memoryWarm'), dataDirColdMs: of('dataDirCold'), dataDirWarmMs: of('dataDirWarm'), dataDirAfterMemoryMs: of('dataDirAfterMemory') };
 }
 
 if (process.argv[1] === CHILD) {

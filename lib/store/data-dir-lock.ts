@@ -89,7 +89,7 @@ export function lockDataDir(dataDir: string): DataDirLock | null {
 }
 
 /** As PGlite reads dataDir: file:// is a local path, other schemes are not files at all. */
-function localDirectory(dataDir: string): string | null {
+export function localDirectory(dataDir: string): string | null {
   if (dataDir.startsWith('file://')) return dataDir.slice('file://'.length);
   return /^[a-z]+:\/\//i.test(dataDir) ? null : dataDir;
 }

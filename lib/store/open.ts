@@ -1,11 +1,12 @@
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
 import type { PostgresDataSourceOptions as PostgresConnectionOptions } from 'typeorm/driver/postgres/PostgresDataSourceOptions.js';
 import { ValidationError } from '../errors/validation-error.js';
 import { parseDuration, type DurationInput } from '../time.js';
-import { lockDataDir, type StaleLock } from './data-dir-lock.js';
+import { localDirectory, LOCK_FILE, lockDataDir, type StaleLock } from './data-dir-lock.js';
 import { createDb, type Db, type DbOptions } from './db.js';
 import { pgliteAssets } from './embedded-assets.js';
 import { pgliteDriver } from './embedded-driver.js';
@@ -226,6 +227,33 @@ function migratedTemplate(schema: string): Promise<Blob> {
   return template;
 }
 
+/** Left in a data directory while it is being made from the template: its presence means the copy did not finish. */
+export const INCOMPLETE_MARKER = 'slipway-init.incomplete';
+
+/**
+ * A PGlite on `dataDir`. A new local directory is not initdb'd (seconds) but loaded from the
+ * migrated template (well under one). The load writes many files: until it has finished,
+ * the directory holds INCOMPLETE_MARKER, and an open that finds the marker (the process
+ * died mid-copy) empties the directory and copies again. Nothing can be lost that way: the
+ * marker goes only once the copy is whole, before any broker has written a row.
+ */
+async function openDataDir(dataDir: string, schema: string, migrated: boolean): Promise<PGlite> {
+  const shared = await pgliteAssets();
+  const dir = localDirectory(dataDir);
+  // Another storage (memory://, idb://), or a database a user migrates himself: PGlite as it is.
+  if (dir === null || !migrated) return PGlite.create({ ...shared, dataDir });
+  const marker = join(dir, INCOMPLETE_MARKER);
+  if (existsSync(marker)) {
+    for (const name of readdirSync(dir)) if (name !== LOCK_FILE && name !== INCOMPLETE_MARKER) rmSync(join(dir, name), { recursive: true, force: true });
+  } else if (existsSync(join(dir, 'PG_VERSION'))) {
+    return PGlite.create({ ...shared, dataDir });
+  }
+  writeFileSync(marker, 'slipway is making this data directory; if this file is still here, the next open starts it over\n');
+  const pglite = await PGlite.create({ ...shared, dataDir, loadDataDir: await migratedTemplate(schema) });
+  rmSync(marker, { force: true });
+  return pglite;
+}
+
 /**
  * Opens the database and brings its schema up to date (with `migrate: false`, checks that it is). Every embedded broker gets
  * its own PGlite instance, and holds the lock of its dataDir until it closes; `onStaleLock` hears of a lock taken over from
@@ -262,7 +290,7 @@ export async function openDatabase(
     try {
       const shared = await pgliteAssets();
       const pglite = options.dataDir
-        ? await PGlite.create({ ...shared, dataDir: options.dataDir })
+        ? await openDataDir(options.dataDir, schema, options.migrate !== false)
         : options.migrate === false
           ? await PGlite.create(shared)
           : await PGlite.create({ ...shared, loadDataDir: await migratedTemplate(schema) });
