@@ -1,7 +1,7 @@
 import { internals } from '../lib/broker/index.js';
 import { systemClock, type Clock } from '../lib/clock.js';
 import { createBroker, LeaseNotActiveError, SlipwayError, type Broker, type Lease } from '../lib/index.js';
-import { watching } from '../lib/lease-signal.js';
+import { watching } from '../lib/broker/lease-signal.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { describeOnPostgres, freshSchema, testDatabase, tierUrl } from './helpers/tier.js';
