@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { workingCopies } from '../blueprints/index.js';
-import { LeaseBrokenError, ValidationError, type Broker, type JsonObject } from '../lib/index.js';
+import { LeaseBrokenError, ValidationError, type Broker, type BrokerOptions, type JsonObject } from '../lib/index.js';
 import { guardBrokers, realBroker } from './helpers/broker.js';
 import { TestRepo } from './helpers/git-repo.js';
 import { recordingHosts } from './helpers/recording-hosts.js';
@@ -20,11 +20,11 @@ afterAll(async () => {
 });
 
 let n = 0;
-async function setup(limits: { maxResources?: number } = {}) {
+async function setup(limits: { maxResources?: number } = {}, options: BrokerOptions = {}) {
   const dir = join(scratch, `case-${++n}`);
   const hosts = recordingHosts({ name: 'local', root: join(dir, 'hosts') });
   const wc = workingCopies({ name: 'wc', config: { hosts: ['local'] }, limits });
-  const broker = await realBroker({ blueprints: [hosts.blueprint, wc], sweepInterval: { milliseconds: 100 } });
+  const broker = await realBroker({ blueprints: [hosts.blueprint, wc], sweepInterval: { milliseconds: 100 }, ...options });
   const repo = new TestRepo(join(dir, 'origin'));
   const clones = () => hosts.commands.filter((c) => c[0] === 'git' && c[1] === 'clone').length;
   return { broker, repo, hosts, clones };
@@ -107,6 +107,58 @@ describe('workingCopies on localHosts, with real git', () => {
     expect(strict.resource.id).not.toBe(both.resource.id);
     await strict.release();
     expect(clones()).toBe(3);
+    await broker.close();
+  });
+});
+
+/** The rendered log of a lease or a resource, one line an entry. */
+const logText = async (broker: Broker, filter: { lease?: string; resource?: string }) => (await broker.logs(filter)).map((l) => l.message).join('\n');
+
+describe('workingCopies: a failing git step', () => {
+  test('a clone that fails breaks the resource; the lease\'s error names phase clone, the exit code and the end of stderr', async () => {
+    // One failed build is enough for the lease to give up, so that the test need not wait out the backoff.
+    const { broker } = await setup({}, { maxAllocationFailures: 1 });
+    const missing = `file://${join(scratch, `no-such-repo-${n}`)}`;
+    const error = await acquire(broker, { repositories: { app: { url: missing } } }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LeaseBrokenError);
+    const message = (error as Error).message;
+    expect(message).toMatch(/git clone of app failed \(exit code 128\): .*/s);
+    expect(message).toMatch(/does not appear to be a git repository|not found|does not exist/);
+
+    const [lease] = await broker.leases.list({ type: 'working-copy' });
+    expect(lease!.status).toBe('broken');
+    expect(await logText(broker, { lease: lease!.id })).toContain('git clone of app failed (exit code 128)');
+    const [resource] = await broker.resources.list({ type: 'working-copy' });
+    expect(['broken', 'destroyed']).toContain(resource!.status);
+    expect(await logText(broker, { resource: resource!.id })).toContain('git clone of app failed (exit code 128)');
+    await broker.close();
+  });
+
+  test('a ref that does not exist upstream breaks the lease in phase fetch; the working copy stays and serves the next lease', async () => {
+    const { broker, repo, clones } = await setup();
+    const commit = repo.commit({ 'a.txt': 'a\n' });
+    const error = await acquire(broker, { repositories: { app: { url: repo.url, ref: 'refs/changes/missing' } } }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LeaseBrokenError);
+    expect((error as Error).message).toMatch(/git fetch of app failed \(exit code 128\): .*refs\/changes\/missing/s);
+    const [broken] = await broker.leases.list({ type: 'working-copy', status: ['broken', 'destroyed'] });
+    expect(await logText(broker, { lease: broken!.id })).toMatch(/git failed in app: git fetch of app failed \(exit code 128\)/);
+
+    const lease = await acquire(broker, { repositories: { app: { url: repo.url, commit } } });
+    expect(read(lease, 'app/a.txt')).toBe('a\n');
+    await lease.release();
+    expect(clones()).toBe(1);
+    await broker.close();
+  });
+
+  test('a commit that does not exist upstream breaks the lease in phase checkout, naming the commit', async () => {
+    const { broker, repo } = await setup();
+    repo.commit({ 'a.txt': 'a\n' });
+    const absent = 'deadbeef'.repeat(5);
+    const error = await acquire(broker, { repositories: { app: { url: repo.url, commit: absent } } }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LeaseBrokenError);
+    expect((error as Error).message).toMatch(new RegExp(`git checkout of app failed \\(exit code 128\\): .*${absent}`, 's'));
+    const [broken] = await broker.leases.list({ type: 'working-copy' });
+    expect(await logText(broker, { lease: broken!.id })).toContain('git checkout of app failed (exit code 128)');
     await broker.close();
   });
 });

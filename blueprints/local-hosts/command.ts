@@ -4,7 +4,7 @@ import { isAbsolute, resolve } from 'node:path';
 import { AbortError, LeaseNotActiveError, parseDuration, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
 import { CommandStartError } from './command-error.js';
 import { groupRuns, startTimeOf } from './process-identity.js';
-import { enterRegistry, type RegistryTicket } from './process-registry.js';
+import { enterRegistry, stopOrphanedProcesses, type RegistryTicket } from './process-registry.js';
 
 /** After a timeout, an abort or the end of the lease, how long a process has to exit on SIGTERM before it gets SIGKILL. */
 export const KILL_GRACE_MS = 2_000;
@@ -57,6 +57,14 @@ export async function runCommand(argv: readonly string[], options: CommandOption
   const ticket = await enterRegistry(lease.root, lease.id, lease.directory, argv[0]!);
   if (ticket === 'closing') throw (await verdict(leaseSignal)) ?? new LeaseNotActiveError(lease.id, 'released');
   if (ticket === 'gone') throw (await verdict(leaseSignal)) ?? missingLeaseDirectory(lease.directory);
+  // A broker that died in the middle of a command left it running, unsupervised: it goes
+  // before this one starts, which may be the same work started over (a resumed clone).
+  try {
+    await stopOrphanedProcesses(lease.root, lease.id, { graceMs: KILL_GRACE_MS });
+  } catch (error) {
+    await ticket.leave();
+    throw error;
+  }
 
   const env = { ...process.env };
   for (const [key, value] of Object.entries(o.env ?? {})) {

@@ -107,16 +107,40 @@ export async function enterRegistry(root: string, leaseId: string, leaseDir: str
  * under a live process.
  */
 export async function stopLeaseProcesses(root: string, leaseId: string, options: { graceMs?: number } = {}): Promise<number> {
-  const graceMs = options.graceMs ?? 2_000;
   const dir = registryDirectory(root, leaseId);
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, CLOSING), '');
+  const { signalled, elsewhere } = await stopEntries(dir, leaseId, () => true, options.graceMs ?? 2_000);
+  if (elsewhere.length > 0) throw new Error(`lease ${leaseId}: ${elsewhere.join(', ')} runs on another host than ${hostname()} and can only be stopped there`);
+  return signalled;
+}
+
+/**
+ * Stops the process groups that commands of a dead runner left running on this lease: a
+ * broker process SIGKILLed in the middle of a command leaves it running on its own (it
+ * leads its own process group), unsupervised, and a resumed hook that starts the work over
+ * (a `git clone` into the same directory) must not share the lease with it. Entries of live
+ * runners, and of other hosts, are left alone. Returns how many groups it signalled.
+ */
+export async function stopOrphanedProcesses(root: string, leaseId: string, options: { graceMs?: number } = {}): Promise<number> {
+  const dir = registryDirectory(root, leaseId);
+  const orphaned = (entry: RegistryEntry) => entry.host === hostname() && !isRunning(entry.runner);
+  return (await stopEntries(dir, leaseId, orphaned, options.graceMs ?? 2_000)).signalled;
+}
+
+/**
+ * SIGTERM to the group of each selected entry of this host (with SIGCONT, for a stopped
+ * one), SIGKILL after `graceMs`, until all are gone; entries of dead processes are dropped.
+ * Returns how many groups it signalled and the selected entries of other hosts.
+ */
+async function stopEntries(dir: string, leaseId: string, select: (entry: RegistryEntry) => boolean, graceMs: number): Promise<{ signalled: number; elsewhere: string[] }> {
   const started = Date.now();
   const signalled = new Map<string, { at: number; killed: boolean }>();
   for (;;) {
     const stillThere: string[] = [];
     const elsewhere: string[] = [];
     for (const { file, entry } of await readEntries(dir)) {
+      if (entry && !select(entry)) continue;
       const what = entry ? `${entry.command} (${entry.group ? `process group ${entry.group.pid}` : `being started by pid ${entry.runner.pid}`})` : file;
       if (entry && entry.host !== hostname()) {
         elsewhere.push(`${what} on ${entry.host}`);
@@ -133,16 +157,14 @@ export async function stopLeaseProcesses(root: string, leaseId: string, options:
       const sent = signalled.get(file);
       if (!sent) {
         signalGroup(entry.group.pid, 'SIGTERM');
+        signalGroup(entry.group.pid, 'SIGCONT');
         signalled.set(file, { at: Date.now(), killed: false });
       } else if (!sent.killed && Date.now() - sent.at >= graceMs) {
         signalGroup(entry.group.pid, 'SIGKILL');
         sent.killed = true;
       }
     }
-    if (stillThere.length === 0) {
-      if (elsewhere.length > 0) throw new Error(`lease ${leaseId}: ${elsewhere.join(', ')} runs on another host than ${hostname()} and can only be stopped there`);
-      return signalled.size;
-    }
+    if (stillThere.length === 0) return { signalled: signalled.size, elsewhere };
     const deadline = Math.max(started + SETTLE_MS, ...[...signalled.values()].map((s) => s.at + graceMs + SETTLE_MS));
     if (Date.now() > deadline) throw new Error(`lease ${leaseId}: still running after SIGTERM and SIGKILL: ${stillThere.join(', ')}`);
     await sleep(POLL_MS);
