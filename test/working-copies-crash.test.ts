@@ -125,14 +125,17 @@ describe('a broker SIGKILLed in the middle of git clone', () => {
     // In flight for localHosts too: its process registry names the clone's process group. (A
     // broker killed between the spawn and that write leaves a process no one can find.)
     await waitFor(() => registeredGroups(root).includes(orphan!), 'the clone to be registered');
+    // git makes the directory a moment after it starts (later still on a loaded machine):
+    // freeze it only once the half-made clone is there.
+    const [hostLease] = readdirSync(root).filter((d) => !d.startsWith('.'));
+    const wcRoot = join(root, hostLease!, 'working-copy');
+    await waitFor(() => existsSync(join(wcRoot, 'app')), 'git clone to make its directory');
     process.kill(-orphan!, 'SIGSTOP');
     first.proc.kill('SIGKILL');
     await first.exited;
     expect(first.proc.signalCode).toBe('SIGKILL');
     // Killed in flight: the clone's process group is still there, and its directory is half made.
     expect(groupAlive(orphan!)).toBe(true);
-    const [hostLease] = readdirSync(root).filter((d) => !d.startsWith('.'));
-    const wcRoot = join(root, hostLease!, 'working-copy');
     expect(existsSync(join(wcRoot, 'app'))).toBe(true);
 
     const broker = await realBroker({
