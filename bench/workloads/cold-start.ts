@@ -3,6 +3,9 @@
  * processes (children): one times its first broker in memory (cold: PGlite's WASM, the
  * migrated template, the broker), a second one (warm), then a new dataDir after them; the
  * other times a new dataDir as the process's first broker (cold), then a second new one.
+ * Each sample runs twice: with the template cache off (every process makes the migrated
+ * template itself), and with it on disk (a private cache directory, filled by one process
+ * before the samples), as a machine has it from its second process on.
  * Run alone: `npx tsx bench/workloads/cold-start.ts [samples]`.
  */
 import { execFileSync } from 'node:child_process';
@@ -20,6 +23,8 @@ export interface ColdStart {
   dataDirWarmMs: number;
   /** A new dataDir opened after in-memory brokers in the same process. */
   dataDirAfterMemoryMs: number;
+  /** The same, with the migrated template read from the cache on disk. */
+  cached: { memoryColdMs: number; memoryWarmMs: number; dataDirColdMs: number; dataDirWarmMs: number; dataDirAfterMemoryMs: number };
 }
 
 const CHILD = fileURLToPath(import.meta.url);
@@ -56,13 +61,28 @@ const median = (xs: number[]) => {
 };
 
 export async function coldStart(samples: number): Promise<ColdStart> {
-  const runs: Array<Record<string, number>> = [];
-  for (let i = 0; i < samples; i++) {
-    const run = (first: string) => JSON.parse(execFileSync(process.execPath, ['--import', 'tsx', CHILD, '--child', first], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
-    runs.push({ ...run('memory'), ...run('dataDir') });
+  const cacheDir = mkdtempSync(join(tmpdir(), 'slipway-cold-cache-'));
+  try {
+    const sample = (cache: string) => {
+      const run = (first: string) =>
+        JSON.parse(execFileSync(process.execPath, ['--import', 'tsx', CHILD, '--child', first], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, SLIPWAY_TEMPLATE_CACHE: cache } }));
+      return { ...run('memory'), ...run('dataDir') };
+    };
+    sample(cacheDir); // fills the cache
+    const off: Array<Record<string, number>> = [];
+    const on: Array<Record<string, number>> = [];
+    for (let i = 0; i < samples; i++) {
+      off.push(sample('off'));
+      on.push(sample(cacheDir));
+    }
+    const of = (runs: Array<Record<string, number>>) => {
+      const m = (k: string) => median(runs.map((r) => r[k]!));
+      return { memoryColdMs: m('memoryCold'), memoryWarmMs: m('memoryWarm'), dataDirColdMs: m('dataDirCold'), dataDirWarmMs: m('dataDirWarm'), dataDirAfterMemoryMs: m('dataDirAfterMemory') };
+    };
+    return { samples, ...of(off), cached: of(on) };
+  } finally {
+    rmSync(cacheDir, { recursive: true, force: true });
   }
-  const of = (k: string) => median(runs.map((r) => r[k]!));
-  return { samples, memoryColdMs: of('memoryCold'), memoryWarmMs: of('memoryWarm'), dataDirColdMs: of('dataDirCold'), dataDirWarmMs: of('dataDirWarm'), dataDirAfterMemoryMs: of('dataDirAfterMemory') };
 }
 
 if (process.argv[1] === CHILD) {

@@ -11,6 +11,7 @@ import { createDb, type Db, type DbOptions } from './db.js';
 import { pgliteAssets } from './embedded-assets.js';
 import { pgliteDriver } from './embedded-driver.js';
 import { checkMigrated, migrate } from './migrate.js';
+import { templateCache } from './template-cache.js';
 import { quoteIdent } from './sql/statements.js';
 
 export type DatabaseOptions =
@@ -204,7 +205,8 @@ async function embeddedDb(pglite: PGlite, schema: string, afterClose?: () => voi
 /**
  * An in-memory PGlite costs seconds to initdb but well under one to load from a dump.
  * Each in-memory broker still gets its own database: a copy of one migrated, empty
- * template made once per process and schema name.
+ * template per schema name, made once per process, or once per machine and user where
+ * the template cache on disk (`template-cache.ts`) has it.
  */
 const templates = new Map<string, Promise<Blob>>();
 
@@ -212,11 +214,16 @@ function migratedTemplate(schema: string): Promise<Blob> {
   let template = templates.get(schema);
   if (!template) {
     template = (async () => {
+      const cache = await templateCache(schema);
+      const cached = cache?.read();
+      if (cached) return cached;
       const pglite = await PGlite.create(await pgliteAssets());
       const db = await embeddedDb(pglite, schema);
       try {
         await migrate(db);
-        return (await pglite.dumpDataDir('none')) as Blob;
+        const made = (await pglite.dumpDataDir('none')) as Blob;
+        await cache?.write(made);
+        return made;
       } finally {
         await db.close();
       }
