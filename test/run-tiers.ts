@@ -6,54 +6,125 @@
  *             here when the PostgreSQL server binaries are installed (initdb)
  *
  * SLIPWAY_TEST_TIERS=embedded (or postgres) runs one tier. Arguments go to jest, so
- * `npm test -- test/waking.test.ts` runs one file on both tiers. Each tier prints jest's
- * own summary; the last lines sum them up. The exit code is non-zero if any tier failed
- * or the postgres tier was asked for and no server could be had.
+ * `npm test -- test/waking.test.ts` runs one file on both tiers.
+ *
+ * The two tiers run at the same time, each in its own jest process: the embedded tier
+ * spends its time in PGlite (one core), the postgres tier mostly waits on the server, so
+ * together they take little longer than the embedded tier alone. The embedded tier prints
+ * as it goes; the postgres tier's output is held and printed whole once the embedded tier
+ * is done (a line says how far it is meanwhile), so the two never interleave.
+ * SLIPWAY_TEST_SERIAL=1 runs them one after the other instead.
+ *
+ * Each tier prints jest's own summary; the last line adds them up as
+ * `tests: N passed, N failed, N skipped`. The exit code is non-zero if any tier failed or
+ * the postgres tier was asked for and no server could be had.
  */
 import { spawn } from 'node:child_process';
+import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { postgresAvailable, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
 
 type Tier = 'embedded' | 'postgres';
+type Counts = { passed: number; failed: number; skipped: number };
+type Outcome = { tier: Tier; result: string; ok: boolean; counts?: Counts };
+
 const asked = (process.env.SLIPWAY_TEST_TIERS ?? 'embedded,postgres').split(',').map((t) => t.trim()).filter(Boolean);
 for (const t of asked) if (t !== 'embedded' && t !== 'postgres') throw new Error(`SLIPWAY_TEST_TIERS: unknown tier ${t} (embedded, postgres)`);
 const explicit = process.env.SLIPWAY_TEST_TIERS !== undefined;
+const serial = Boolean(process.env.SLIPWAY_TEST_SERIAL) && process.env.SLIPWAY_TEST_SERIAL !== '0';
 const jest = fileURLToPath(new URL('../node_modules/jest/bin/jest.js', import.meta.url));
+const scratch = mkdtempSync(join(tmpdir(), 'slipway-test-tiers-'));
 
-function runJest(tier: Tier, env: NodeJS.ProcessEnv): Promise<number> {
-  console.log(`\n== tier ${tier}: jest ${process.argv.slice(2).join(' ')}`.trimEnd());
-  const child = spawn(process.execPath, ['--experimental-vm-modules', jest, ...process.argv.slice(2)], {
-    stdio: 'inherit',
-    env: { ...process.env, ...env, SLIPWAY_TEST_TIER: tier },
-  });
-  return new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
-}
-
-const results: Array<{ tier: Tier; result: string; ok: boolean }> = [];
-
-if (asked.includes('embedded')) {
-  const code = await runJest('embedded', {});
-  results.push({ tier: 'embedded', result: code === 0 ? 'passed' : `failed (exit ${code})`, ok: code === 0 });
-}
-
-if (asked.includes('postgres')) {
-  if (!postgresAvailable()) {
-    // Not asked for by name: a machine without Postgres still runs the embedded tier.
-    results.push({ tier: 'postgres', result: 'skipped: no SLIPWAY_TEST_DATABASE_URL and no initdb on this machine', ok: !explicit });
-  } else {
-    let pg: ThrowawayPostgres | undefined;
-    try {
-      pg = await startPostgres();
-      const code = await runJest('postgres', { SLIPWAY_TEST_DATABASE_URL: pg.url });
-      results.push({ tier: 'postgres', result: code === 0 ? 'passed' : `failed (exit ${code})`, ok: code === 0 });
-    } catch (error) {
-      results.push({ tier: 'postgres', result: `could not start: ${(error as Error).message}`, ok: false });
-    } finally {
-      await pg?.stop();
-    }
+/** jest's own counts for a tier, from the JSON report it wrote beside its usual output. */
+function countsOf(tier: Tier): Counts | undefined {
+  try {
+    const report = JSON.parse(readFileSync(join(scratch, `${tier}.json`), 'utf8')) as { numPassedTests: number; numFailedTests: number; numPendingTests: number; numTodoTests: number };
+    return { passed: report.numPassedTests, failed: report.numFailedTests, skipped: report.numPendingTests + report.numTodoTests };
+  } catch {
+    return undefined;
   }
 }
 
+/**
+ * One jest process for `tier`. `held`: its output goes to a file, printed by the caller
+ * later, instead of to this terminal.
+ */
+function runJest(tier: Tier, env: NodeJS.ProcessEnv, held: boolean): { done: Promise<number>; output?: string } {
+  const header = `\n== tier ${tier}: jest ${process.argv.slice(2).join(' ')}`.trimEnd();
+  const args = ['--experimental-vm-modules', jest, '--json', `--outputFile=${join(scratch, `${tier}.json`)}`, ...process.argv.slice(2)];
+  const output = held ? join(scratch, `${tier}.log`) : undefined;
+  if (!held) console.log(header);
+  const child = spawn(process.execPath, args, { stdio: held ? ['ignore', 'pipe', 'pipe'] : 'inherit', env: { ...process.env, ...env, SLIPWAY_TEST_TIER: tier } });
+  if (output) {
+    const file = createWriteStream(output);
+    file.write(`${header}\n`);
+    child.stdout!.pipe(file, { end: false });
+    child.stderr!.pipe(file, { end: false });
+    child.on('close', () => file.end());
+  }
+  const done = new Promise<number>((resolve) => child.on('close', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+  return { done, output };
+}
+
+function outcome(tier: Tier, code: number): Outcome {
+  return { tier, result: code === 0 ? 'passed' : `failed (exit ${code})`, ok: code === 0, counts: countsOf(tier) };
+}
+
+async function runEmbedded(held: boolean): Promise<{ outcome: Promise<Outcome>; output?: string }> {
+  const run = runJest('embedded', {}, held);
+  return { outcome: run.done.then((code) => outcome('embedded', code)), output: run.output };
+}
+
+async function runPostgres(held: boolean): Promise<{ outcome: Promise<Outcome>; output?: string }> {
+  if (!postgresAvailable()) {
+    // Not asked for by name: a machine without Postgres still runs the embedded tier.
+    return { outcome: Promise.resolve({ tier: 'postgres', result: 'skipped: no SLIPWAY_TEST_DATABASE_URL and no initdb on this machine', ok: !explicit }) };
+  }
+  let pg: ThrowawayPostgres;
+  try {
+    pg = await startPostgres();
+  } catch (error) {
+    return { outcome: Promise.resolve({ tier: 'postgres', result: `could not start: ${(error as Error).message}`, ok: false }) };
+  }
+  const run = runJest('postgres', { SLIPWAY_TEST_DATABASE_URL: pg.url }, held);
+  const result = run.done.then(async (code) => {
+    await pg.stop();
+    return outcome('postgres', code);
+  });
+  return { outcome: result, output: run.output };
+}
+
+const outcomes: Outcome[] = [];
+const both = asked.includes('embedded') && asked.includes('postgres');
+try {
+  if (both && !serial) {
+    // The postgres tier starts first (its cluster takes a moment) and is held; the embedded tier prints live.
+    const postgres = await runPostgres(true);
+    const embedded = await runEmbedded(false);
+    let postgresDone = false;
+    void postgres.outcome.then(() => (postgresDone = true));
+    outcomes.push(await embedded.outcome);
+    if (!postgresDone) console.log('\n== tier postgres: still running; its output follows when it is done');
+    const pg = await postgres.outcome;
+    if (postgres.output) process.stdout.write(readFileSync(postgres.output, 'utf8'));
+    outcomes.push(pg);
+  } else {
+    if (asked.includes('embedded')) outcomes.push(await (await runEmbedded(false)).outcome);
+    if (asked.includes('postgres')) outcomes.push(await (await runPostgres(false)).outcome);
+  }
+} finally {
+  rmSync(scratch, { recursive: true, force: true });
+}
+
 console.log('\n== slipway test tiers');
-for (const r of results) console.log(`   ${r.tier.padEnd(9)} ${r.result}`);
-process.exit(results.every((r) => r.ok) ? 0 : 1);
+for (const r of outcomes) {
+  const counts = r.counts ? `: ${r.counts.passed} passed, ${r.counts.failed} failed, ${r.counts.skipped} skipped` : '';
+  console.log(`   ${r.tier.padEnd(9)} ${r.result}${counts}`);
+}
+const total = outcomes.reduce((sum, r) => ({ passed: sum.passed + (r.counts?.passed ?? 0), failed: sum.failed + (r.counts?.failed ?? 0), skipped: sum.skipped + (r.counts?.skipped ?? 0) }), { passed: 0, failed: 0, skipped: 0 });
+// A tier that failed without a report (it could not start, jest crashed) still counts as a failure.
+const unreported = outcomes.filter((r) => !r.ok && !r.counts).length;
+console.log(`tests: ${total.passed} passed, ${total.failed + unreported} failed, ${total.skipped} skipped`);
+process.exit(outcomes.every((r) => r.ok) ? 0 : 1);
