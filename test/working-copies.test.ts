@@ -144,6 +144,12 @@ describe('workingCopies: a failing git step', () => {
     expect((error as Error).message).toMatch(/git fetch of app failed \(exit code 128\): .*refs\/changes\/missing/s);
     const [broken] = await broker.leases.list({ type: 'working-copy', status: ['broken', 'destroyed'] });
     expect(await logText(broker, { lease: broken!.id })).toMatch(/git failed in app: git fetch of app failed \(exit code 128\)/);
+    // Until its broken lease is destroyed the working copy is still taken, and a lease that
+    // came now would rightly get a second one: wait for the teardown, as a build queue would.
+    for (const deadline = Date.now() + 20_000; (await broker.leases.get(broken!.id))?.status !== 'destroyed'; ) {
+      if (Date.now() > deadline) throw new Error('the broken lease was never destroyed');
+      await new Promise((r) => setTimeout(r, 20));
+    }
 
     const lease = await acquire(broker, { repositories: { app: { url: repo.url, commit } } });
     expect(read(lease, 'app/a.txt')).toBe('a\n');
