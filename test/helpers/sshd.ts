@@ -1,5 +1,5 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, Socket } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
@@ -126,10 +126,40 @@ export async function startSshd(): Promise<TestSshd> {
   }
 }
 
+/** The pids whose parent is `pid` (Linux; elsewhere none). */
+function childrenOf(pid: number): number[] {
+  if (!existsSync('/proc/self/stat')) return [];
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((name) => {
+      try {
+        const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
 async function stop(child: ChildProcess, exited: Promise<number | null>, dir: string): Promise<void> {
+  // sshd leaves its connections' processes running when it stops: they go first, and
+  // the master connections of the tests' resources, left open by brokers that were
+  // closed without releasing them, end with them.
+  if (child.pid !== undefined) {
+    for (const pid of childrenOf(child.pid)) {
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        // Gone already.
+      }
+    }
+  }
   if (child.exitCode === null && child.signalCode === null) {
     child.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 3_000))]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 3_000)))]);
+    clearTimeout(timer);
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   }
   await rm(dir, { recursive: true, force: true });
