@@ -4,10 +4,13 @@
  * ends, bad config, redaction of the identity file, and workingCopies on top. The
  * host is this machine, so a test may look at a remote path or pid directly as well.
  */
+import { spawn } from 'node:child_process';
 import { copyFileSync, existsSync, lstatSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CommandStartError, sshHosts, workingCopies, type SshHostsConfig } from '../blueprints/index.js';
+import { validateSshHostsConfig } from '../blueprints/ssh-hosts/config.js';
 import { controlPathOf } from '../blueprints/ssh-hosts/master.js';
 import { AbortError, createBroker, LeaseBrokenError, LeaseNotActiveError, ValidationError, type Broker, type CommandOptions, type Lease } from '../lib/index.js';
 import { guardBrokers, realBroker } from './helpers/broker.js';
@@ -25,6 +28,8 @@ const describeSsh = sshd ? describe : describe.skip;
 afterAll(async () => {
   await sshd?.stop();
 });
+
+const commandChild = fileURLToPath(new URL('./fixtures/ssh-command-child.ts', import.meta.url));
 
 /** A config for the test sshd; `root` is on the same machine, so the test can look at it too. */
 function config(overrides: Partial<SshHostsConfig> & { slots?: number } = {}): SshHostsConfig {
@@ -192,6 +197,29 @@ describeSsh('sshHosts against a real sshd', () => {
     expect(existsSync(lease.interface('filesystem').path)).toBe(false);
     const logs = (await broker.logs({ lease: lease.id })).map((l) => l.message).join('\n');
     expect(logs).toMatch(/Stopped 1 process group\(s\) the lease's commands left running on /);
+  });
+
+  test('a broker killed in the middle of a command leaves it running on the host; the next process to use the lease stops it first', async () => {
+    const lease = await acquire();
+    const child = spawn(process.execPath, ['--import', 'tsx', commandChild, JSON.stringify({
+      id: lease.id,
+      directory: lease.interface('filesystem').path,
+      registry: join(sshd!.dir, 'root', '.processes', lease.id),
+      settings: validateSshHostsConfig(config({ slots: 2 })),
+      target: { host: sshd!.host, port: sshd!.port, user: sshd!.user, controlPath: controlPathOf(lease.resource.id) },
+    })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout!.on('data', (c) => (out += c));
+    await until('the command to run on the host', () => /pid \d+\n/.test(out), 20_000);
+    const pid = Number(/pid (\d+)/.exec(out)![1]);
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    await sleep(200);
+    // Nothing stops it on its own: no terminal, no hangup.
+    expect(running(pid)).toBe(true);
+    expect((await lease.interface('command').run(['echo', 'next'])).stdout).toBe('next\n');
+    expect(running(pid)).toBe(false);
+    await lease.release();
   });
 
   test('workingCopies on sshHosts: clones over the ssh command interface once, and each lease checks out its own commit', async () => {

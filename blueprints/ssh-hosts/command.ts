@@ -2,10 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AbortError, LeaseNotActiveError, parseDuration, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { hostname } from 'node:os';
 import { CommandStartError } from '../local-hosts/command-error.js';
+import { isRunning, thisProcess } from '../local-hosts/process-identity.js';
 import { hostKey, type SshHostsSettings } from './config.js';
 import { ensureMaster } from './master.js';
-import { WRAPPER, STOP } from './remote-scripts.js';
+import { ORPHANS, STOP, WRAPPER } from './remote-scripts.js';
 import { redact, remoteShellCommand, sshArgv, type SshTarget } from './ssh-args.js';
 import { SshError } from './ssh-error.js';
 import { runScript, spawnSsh } from './ssh-process.js';
@@ -63,10 +65,11 @@ export async function runCommand(argv: readonly string[], options: CommandOption
   if (o.signal?.aborted) throw new AbortError(`command ${JSON.stringify(argv[0])} was aborted before it started`, { cause: o.signal.reason });
 
   await ensureMaster(lease.settings, lease.target);
+  await stopOrphansOnce(lease);
   const entry = randomUUID();
   const envWords = Object.entries(o.env ?? {}).map(([name, value]) => (value === undefined ? name : `${name}=${value}`));
   const program = o.shell ? ['sh', '-c', argv.join(' ')] : [...argv];
-  const remote = remoteShellCommand(WRAPPER, 'slipway', [lease.registry, entry, lease.directory, cwd, ...envWords, '--', ...program]);
+  const remote = remoteShellCommand(WRAPPER, 'slipway', [lease.registry, entry, lease.directory, cwd, runner(), ...envWords, '--', ...program]);
   const extra = o.stdin === undefined ? ['-n', '-o', 'ControlMaster=no'] : ['-o', 'ControlMaster=no'];
   const child = spawnSsh(sshArgv(lease.settings, lease.target, extra, remote), o.stdin === undefined ? 'ignore' : 'pipe');
   const stopRemote = () => runScript(lease.settings, lease.target, STOP, [posix.join(lease.registry, `${entry}.pid`), String(KILL_GRACE_MS / 100)], KILL_GRACE_MS + 15_000);
@@ -94,6 +97,40 @@ export async function runCommand(argv: readonly string[], options: CommandOption
   }
   if (outcome.timedOut) return { exitCode: null, signal: outcome.stopSignal, stdout: outcome.stdout, stderr, timedOut: true };
   return { exitCode: outcome.exitCode, signal: null, stdout: outcome.stdout, stderr, timedOut: false };
+}
+
+/** This broker process, as the registry on the host names a command's runner: `<machine> <pid> <start time>`. */
+function runner(): string {
+  const self = thisProcess();
+  return `${hostname().replace(/\s/g, '_')} ${self.pid} ${self.startTime === null ? '-' : encodeURIComponent(self.startTime)}`;
+}
+
+/** Leases whose leftovers this process has stopped (see `stopOrphansOnce`). */
+const checked = new Set<string>();
+
+/**
+ * Before this process's first command on a lease: stops the commands whose runner, a
+ * broker process of this machine, is dead. A broker SIGKILLed in the middle of a command
+ * leaves it running on the host, and a resumed hook that starts the same work over (a
+ * `git clone` into the same directory) must not share the lease with it. Once per lease
+ * and process, as it costs a round trip: the case it is for is a new process taking over
+ * a lease. Runners of other machines are left alone, as in `localHosts`.
+ */
+async function stopOrphansOnce(lease: SshCommandLease): Promise<void> {
+  if (checked.has(lease.id)) return;
+  const listed = await runScript(lease.settings, lease.target, ORPHANS, [lease.registry], 30_000);
+  if (listed.exitCode !== 0) throw new SshError(hostKey(lease.target), 'list the lease\'s commands', listed.exitCode, listed.stderr);
+  const here = hostname().replace(/\s/g, '_');
+  for (const line of listed.stdout.split('\n')) {
+    const [file, host, pid, startTime] = line.split(' ');
+    if (!file || !/^[0-9a-f-]+\.pid$/.test(file) || host !== here || !/^\d+$/.test(pid ?? '')) continue;
+    if (isRunning({ pid: Number(pid), startTime: startTime === '-' || startTime === undefined ? null : decodeURIComponent(startTime) })) continue;
+    const stopped = await runScript(lease.settings, lease.target, STOP, [posix.join(lease.registry, file), String(KILL_GRACE_MS / 100)], KILL_GRACE_MS + 15_000);
+    if (stopped.exitCode !== 0) throw new SshError(hostKey(lease.target), 'stop what a dead broker left running', stopped.exitCode, stopped.stderr);
+  }
+  checked.add(lease.id);
+  // Bounded: a long-lived process serves many leases; forgetting one costs a round trip.
+  if (checked.size > 10_000) checked.delete(checked.values().next().value!);
 }
 
 interface Outcome {

@@ -71,7 +71,8 @@ stop() {
 
 /**
  * Runs one command. Arguments: registry directory, command id, lease directory, working
- * directory, then `NAME=value` (export) or `NAME` (unset) words, `--`, and the argv.
+ * directory, the runner (the broker process that supervises the command, as
+ * `<machine> <pid> <start time>`: see `ORPHANS`), then `NAME=value` (export) or `NAME` (unset) words, `--`, and the argv.
  *
  * The first thing on stdout is a marker, `\x01` and a letter, which the local side strips:
  * `+` the command starts (what follows is its output), `C` the lease is being destroyed,
@@ -82,13 +83,13 @@ stop() {
  * program, never the shell's builtin, and its exit status is the wrapper's.
  */
 export const WRAPPER = `
-r=$1; f=$1/$2.pid; l=$3; d=$4; shift 4
+r=$1; f=$1/$2.pid; l=$3; d=$4; runner=$5; shift 5
 while [ "$1" != -- ]; do case $1 in *=*) export "$1" ;; *) unset "$1" ;; esac; shift; done; shift
 ${FUNCTIONS}
 me=$(ident $$) || { printf '\\001E'; echo 'slipway: cannot read this process (neither /proc nor ps)' >&2; exit 1; }
 pg=\${me%% *}
 lead=$(ident $pg) || lead="$pg -"
-mkdir -p "$r" 2>/dev/null && echo "$lead" >"$f" || { printf '\\001E'; echo "slipway: cannot write $f" >&2; exit 1; }
+mkdir -p "$r" 2>/dev/null && printf '%s\\n%s\\n' "$lead" "$runner" >"$f" || { printf '\\001E'; echo "slipway: cannot write $f" >&2; exit 1; }
 refuse() { rm -f "$f"; rmdir "$r" 2>/dev/null; printf "\\001$1"; exit 1; }
 [ -e "$r/closing" ] && refuse C
 [ -d "$l" ] || refuse G
@@ -138,4 +139,19 @@ done
 [ $fail = 0 ] || exit 3
 rm -rf -- "$l" "$r"
 echo $n
+`;
+
+/**
+ * Lists a lease's commands and their runners, one `<entry file name> <runner>` a line
+ * (the runner as the wrapper got it). Argument: the registry directory. A broker that
+ * dies in the middle of a command leaves it running on the host, unsupervised: the next
+ * broker process that uses the lease reads this list and stops the commands of runners
+ * that are dead (see `command.ts`), as `localHosts` does for its own.
+ */
+export const ORPHANS = `
+for e in "$1"/*.pid; do
+  [ -e "$e" ] || continue
+  { read -r a && read -r runner; } 2>/dev/null <"$e" && printf '%s %s\\n' "\${e##*/}" "$runner"
+done
+exit 0
 `;
