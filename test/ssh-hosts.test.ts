@@ -12,6 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CommandStartError, sshHosts, workingCopies, type SshHostsConfig } from '../blueprints/index.js';
 import { validateSshHostsConfig } from '../blueprints/ssh-hosts/config.js';
 import { controlPathOf } from '../blueprints/ssh-hosts/master.js';
+import { redact, remoteShellCommand, shellQuote, sshArgv } from '../blueprints/ssh-hosts/ssh-args.js';
 import { AbortError, createBroker, LeaseBrokenError, LeaseNotActiveError, ValidationError, type Broker, type CommandOptions, type Lease } from '../lib/index.js';
 import { guardBrokers, realBroker } from './helpers/broker.js';
 import { TestRepo } from './helpers/git-repo.js';
@@ -366,5 +367,32 @@ describe('sshHosts: bad config is refused before anything runs, naming the field
     expect(pool.limits.maxResources).toBe(2);
     expect(pool.limits.maxLeasesPerResource).toBe(3);
     expect(pool.config).toMatchObject({ hostKeyPolicy: 'strict', root: '/tmp/slipway-ssh' });
+  });
+});
+
+describe('sshHosts: the ssh argv and the remote quoting', () => {
+  const settings = validateSshHostsConfig({ hosts: [{ host: 'build-1.example.com', port: 2222, user: 'ci' }], identityFile: '/etc/ci/id', knownHostsFile: '/etc/ci/known_hosts', connectTimeout: { seconds: 5 } });
+  const target = { host: 'build-1.example.com', port: 2222, user: 'ci', controlPath: '/tmp/slipway-ssh-0/0123abcd' };
+
+  test('every option is its own word, checking is strict, and the destination comes after "--"', () => {
+    const argv = sshArgv(settings, target, ['-n'], 'true');
+    expect(argv).toEqual([
+      '-T', '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes', '-o', 'UserKnownHostsFile=/etc/ci/known_hosts', '-o', 'ConnectTimeout=5',
+      '-o', 'IdentitiesOnly=yes', '-i', '/etc/ci/id', '-o', 'LogLevel=ERROR', '-o', 'ControlPath=/tmp/slipway-ssh-0/0123abcd', '-p', '2222', '-l', 'ci',
+      '-n', '--', 'build-1.example.com', 'true',
+    ]);
+    const acceptNew = validateSshHostsConfig({ hosts: [{ host: 'h' }], hostKeyPolicy: 'accept-new' });
+    expect(sshArgv(acceptNew, { ...target, user: null }, [])).toEqual(expect.arrayContaining(['StrictHostKeyChecking=accept-new']));
+    expect(sshArgv(acceptNew, { ...target, user: null }, [])).not.toContain('-l');
+  });
+
+  test('each word is single-quoted for the remote shell, a quote as \'\\\'\', and a NUL is refused', () => {
+    expect(shellQuote("it's $HOME")).toBe("'it'\\''s $HOME'");
+    expect(remoteShellCommand('echo "$1"', 'slipway', ['a b', ''])).toBe(`sh -c 'echo "$1"' 'slipway' 'a b' ''`);
+    expect(() => shellQuote('a\0b', 'argv[1]')).toThrow(/argv\[1\]: must not contain a NUL/);
+  });
+
+  test('the identity file path is redacted from text', () => {
+    expect(redact('Warning: Identity file /etc/ci/id not accessible', settings)).toBe('Warning: Identity file <identityFile> not accessible');
   });
 });
