@@ -24,7 +24,7 @@ guardBrokers();
 // One sshd for the file. Where it cannot run, the file is skipped, and says why.
 let why = sshdUnavailable();
 const sshd: TestSshd | null = why ? null : await startSshd().catch((error: Error) => ((why = error.message), null));
-if (!sshd) console.warn(`test/ssh-hosts.test.ts skipped: sshd cannot run on this machine: ${why}`);
+if (!sshd) console.warn(`test/ssh-hosts.test.ts: the tests against a real sshd are skipped, as sshd cannot run on this machine: ${why}`);
 const describeSsh = sshd ? describe : describe.skip;
 afterAll(async () => {
   await sshd?.stop();

@@ -5,6 +5,7 @@ import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { CommandStartError } from '../local-hosts/command-error.js';
 import { hostKey, type SshHostsSettings } from './config.js';
 import { CONTROL_PERSIST_SECONDS, redact, sshArgv, type SshTarget } from './ssh-args.js';
 import { SshError } from './ssh-error.js';
@@ -87,7 +88,7 @@ async function startMaster(settings: SshHostsSettings, target: SshTarget): Promi
     const child = spawn(SSH, argv, { stdio: ['ignore', 'ignore', handle.fd], windowsHide: true });
     const timer = setTimeout(() => child.kill('SIGKILL'), (settings.connectTimeoutSeconds + 30) * 1000);
     const exitCode = await new Promise<number | null>((resolve, reject) => {
-      child.on('error', (error) => child.pid === undefined && reject(error));
+      child.on('error', (error) => child.pid === undefined && reject(new CommandStartError(SSH, error)));
       child.on('exit', (code) => resolve(code));
     }).finally(() => clearTimeout(timer));
     if (exitCode !== 0) {

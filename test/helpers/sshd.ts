@@ -87,9 +87,6 @@ export async function startSshd(): Promise<TestSshd> {
         'StrictModes no',
         'UsePAM no',
         'LogLevel ERROR',
-        // Many short sessions at once over the multiplexed connections of a test file.
-        'MaxSessions 64',
-        'MaxStartups 64',
         '',
       ].join('\n'),
     );
