@@ -54,7 +54,8 @@ const MARK = '\u0001';
  * process group is gone), and ValidationError on bad input.
  *
  * A process killed by a signal on the host is reported as the shell reports it, exit code
- * 128 + the signal number, with `signal` null: ssh does not pass the signal on.
+ * 128 + the signal number, with `signal` null: ssh does not pass the signal on. A
+ * connection lost once the command runs is exit code 255, as ssh reports it.
  */
 export async function runCommand(argv: readonly string[], options: CommandOptions | undefined, lease: SshCommandLease): Promise<CommandResult> {
   const leaseSignal = lease.signal();
@@ -180,7 +181,9 @@ function supervise(child: ReturnType<typeof spawnSsh>, o: CommandOptions & { tim
     o.signal?.addEventListener('abort', onAbort, { once: true });
     const onLeaseEnd = () => ((out.leaseEnded = true), stop());
     leaseSignal.addEventListener('abort', onLeaseEnd, { once: true });
+    // Either may have aborted while the connection was being checked.
     if (leaseSignal.aborted) onLeaseEnd();
+    else if (o.signal?.aborted) onAbort();
     const cleanup = () => {
       if (timer) clearTimeout(timer);
       if (localKill) clearTimeout(localKill);
