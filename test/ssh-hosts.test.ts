@@ -72,6 +72,8 @@ describeSsh('sshHosts against a real sshd', () => {
         sshHosts({ name: 'ssh', config: config({ slots: 2 }) }),
         sshHosts({ name: 'ssh-wc', config: config({ slots: 2, root: join(sshd!.dir, 'wc-root') }) }),
         workingCopies({ name: 'wc', config: { hosts: ['ssh-wc'] } }),
+        // Two names of this machine: a pool of two hosts, with unequal slots.
+        sshHosts({ name: 'pool', config: config({ hosts: [{ host: sshd!.host, port: sshd!.port, slots: 1 }, { host: 'localhost', port: sshd!.port, slots: 2 }], root: join(sshd!.dir, 'pool-root') }) }),
       ],
       sweepInterval: { milliseconds: 100 },
     });
@@ -177,6 +179,24 @@ describeSsh('sshHosts against a real sshd', () => {
     expect(existsSync(thirdActive.interface('filesystem').path)).toBe(false);
     // One resource is the one host, however many leases it served.
     expect(await broker.resources.list({ blueprint: 'ssh' })).toHaveLength(1);
+  });
+
+  test('a pool of two hosts: one resource each, each host\'s own slots, and a lease beyond them all waits', async () => {
+    const leases = await Promise.all([1, 2, 3].map(() => broker.acquire({ type: 'host', blueprints: ['pool'], timeout: { seconds: 20 } })));
+    const byHost = new Map<string, number[]>();
+    for (const lease of leases) byHost.set(lease.resource.attributes.host as string, [...(byHost.get(lease.resource.attributes.host as string) ?? []), lease.attributes.slot as number]);
+    expect(Object.fromEntries([...byHost].map(([host, slots]) => [host, slots.sort()]))).toEqual({ [sshd!.host]: [0], localhost: [0, 1] });
+    // Each runs on its own host, as ssh names it.
+    const hosts = await Promise.all(leases.map(async (l) => (await l.interface('command').run(['true'])).exitCode));
+    expect(hosts).toEqual([0, 0, 0]);
+    const fourth = await broker.requestLease({ type: 'host', blueprints: ['pool'] });
+    await sleep(300);
+    expect(await fourth.status()).toBe('pending');
+    const onLocalhost = leases.find((l) => l.resource.attributes.host === 'localhost')!;
+    await onLocalhost.release();
+    expect((await fourth.whenActive({ timeout: { seconds: 10 } })).resource.id).toBe(onLocalhost.resource.id);
+    expect(await broker.resources.list({ blueprint: 'pool' })).toHaveLength(2);
+    await Promise.all([...leases.filter((l) => l !== onLocalhost).map((l) => l.release()), fourth.release()]);
   });
 
   test('a lease that expires stops its running command and, at its destroy, what its commands left in the background', async () => {
@@ -366,6 +386,9 @@ describe('sshHosts: bad config is refused before anything runs, naming the field
     const pool = sshHosts({ name: 'pool', config: { hosts: [{ host: 'a', slots: 3 }, { host: 'b', slots: 3 }] } });
     expect(pool.limits.maxResources).toBe(2);
     expect(pool.limits.maxLeasesPerResource).toBe(3);
+    expect(sshHosts({ name: 'pool', config: good, limits: { maxResources: undefined } }).limits.maxResources).toBe(1);
+    // Unequal slots: no blueprint-wide maxLeasesPerResource, each host's own count is asked of canAcquireLease.
+    expect(sshHosts({ name: 'pool', config: { hosts: [{ host: 'a', slots: 1 }, { host: 'b', slots: 4 }] } }).limits.maxLeasesPerResource).toBeNull();
     expect(pool.config).toMatchObject({ hostKeyPolicy: 'strict', root: '/tmp/slipway-ssh' });
   });
 });

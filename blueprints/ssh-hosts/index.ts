@@ -161,5 +161,5 @@ export function sshHosts(options: BlueprintOptions<SshHostsConfig>): Blueprint<S
   // Each lease holds one of its host's slot locks; with equal slots the allocator skips full hosts itself.
   const slots = hosts.map((h) => (h as { slots?: unknown } | null)?.slots ?? 1);
   const same = slots.every((n) => n === slots[0]) && Number.isInteger(slots[0]);
-  return implementation({ ...options, limits: { ...(same ? { maxLeasesPerResource: slots[0] as number } : {}), maxResources: hosts.length, ...limits } });
+  return implementation({ ...options, limits: { ...(same ? { maxLeasesPerResource: slots[0] as number } : {}), ...limits, maxResources: limits?.maxResources ?? hosts.length } });
 }

@@ -17,7 +17,7 @@ export interface TestSshd {
   user: string;
   /** The user key (private), authorized for `user`. */
   identityFile: string;
-  /** A known_hosts file holding this server's host key for `[127.0.0.1]:port`. */
+  /** A known_hosts file holding this server's host key for `[127.0.0.1]:port` and `[localhost]:port`. */
   knownHostsFile: string;
   /** A known_hosts file holding another key for the same name: what a man in the middle looks like. */
   wrongKnownHostsFile: string;
@@ -104,7 +104,8 @@ export async function startSshd(): Promise<TestSshd> {
     const knownHostsFile = join(dir, 'known_hosts');
     const wrongKnownHostsFile = join(dir, 'known_hosts.wrong');
     const emptyKnownHostsFile = join(dir, 'known_hosts.empty');
-    writeFileSync(knownHostsFile, `${name} ${readFileSync(`${hostKey}.pub`, 'utf8').split(' ').slice(0, 2).join(' ')}\n`);
+    // Also as `localhost`: a second name for this machine, for tests of a pool of two hosts.
+    writeFileSync(knownHostsFile, `${name},[localhost]:${port} ${readFileSync(`${hostKey}.pub`, 'utf8').split(' ').slice(0, 2).join(' ')}\n`);
     writeFileSync(wrongKnownHostsFile, `${name} ${readFileSync(`${otherKey}.pub`, 'utf8').split(' ').slice(0, 2).join(' ')}\n`);
     writeFileSync(emptyKnownHostsFile, '');
     const work = join(dir, 'work');
