@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { readmeSamples, repoRoot } from './helpers/readme-samples.js';
+import { sshdUnavailable, startSshd } from './helpers/sshd.js';
 import { tier, tierUrl } from './helpers/tier.js';
 
 const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
@@ -17,6 +18,8 @@ const { samples, unmarked, errors } = readmeSamples(readme);
 
 /** Samples that need a PostgreSQL server: run on the postgres tier, with its server. */
 const ON_POSTGRES = new Set(['examples/readme/postgres.ts', 'examples/readme/typeorm.ts']);
+/** Samples that reach ssh hosts: run against a throwaway sshd (test/helpers/sshd.ts), where one can run. */
+const ON_SSHD = new Set(['examples/readme/ssh-hosts.ts']);
 const programs = samples.filter((s) => s.lang === 'ts' && !s.file.endsWith('.test.ts')).map((s) => s.file);
 /** And `npm run example`, the README's first command for a clone. */
 const QUICKSTART = 'examples/quickstart.ts';
@@ -43,7 +46,7 @@ describe('the README is in sync with its sample files', () => {
   test('every marker is followed by a block, and every ts block has a marker', () => {
     expect(errors).toEqual([]);
     expect(unmarked.map((line) => `README.md line ${line}: a \`\`\`ts block without a <!-- sample: ... --> marker`)).toEqual([]);
-    expect(programs).toEqual(expect.arrayContaining(['examples/readme/use.ts', 'examples/readme/blueprint.ts', 'examples/readme/postgres.ts', 'examples/readme/local-hosts.ts']));
+    expect(programs).toEqual(expect.arrayContaining(['examples/readme/use.ts', 'examples/readme/blueprint.ts', 'examples/readme/postgres.ts', 'examples/readme/local-hosts.ts', 'examples/readme/ssh-hosts.ts']));
   });
 
   test("the README opens with the contributor's two commands, then the user's npm install", () => {
@@ -74,8 +77,19 @@ const describePostgres = tier === 'postgres' ? describe : describe.skip;
 
 describeEmbedded('each README program, and the quickstart, exits 0', () => {
   // Concurrently: each is a process of its own.
-  test.concurrent.each([...programs.filter((f) => !ON_POSTGRES.has(f)), QUICKSTART])('%s', async (file) => {
+  test.concurrent.each([...programs.filter((f) => !ON_POSTGRES.has(f) && !ON_SSHD.has(f)), QUICKSTART])('%s', async (file) => {
     await expectRuns(file);
+  }, 120_000);
+
+  const sshdMissing = sshdUnavailable();
+  if (sshdMissing) console.warn(`README samples on ssh hosts skipped: sshd cannot run on this machine: ${sshdMissing}`);
+  (sshdMissing ? test.concurrent.skip : test.concurrent).each([...ON_SSHD])('%s, against a throwaway sshd', async (file) => {
+    const sshd = await startSshd();
+    try {
+      await expectRuns(file, { BUILD_HOST: sshd.host, BUILD_PORT: String(sshd.port), BUILD_USER: sshd.user, BUILD_KEY: sshd.identityFile, BUILD_KNOWN_HOSTS: sshd.knownHostsFile });
+    } finally {
+      await sshd.stop();
+    }
   }, 120_000);
 });
 
