@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { constants, hostname, userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { DateTime } from 'luxon';
-import { AbortError, type Broker, type JsonObject, type Lease, type LeaseHandle, type LeaseSpec, type LogEntry } from '../../index.js';
+import { AbortError, LeaseTimeoutError, type Broker, type JsonObject, type Lease, type LeaseHandle, type LeaseSpec, type LogEntry } from '../../index.js';
 import { loadConfig } from '../config.js';
 import { addConnectionOptions, databaseFrom, openBroker, type ConnectionFlags } from '../connection.js';
 import { parseCliDateTime, parseCliDuration } from '../durations.js';
@@ -161,6 +161,8 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: stri
         await releaseAndWait(io, handle);
         return exitFor(interrupted);
       }
+      // The library asked for the release of a lease that timed out; the command waits until it is gone.
+      if (error instanceof LeaseTimeoutError) await handle.release();
       throw error;
     }
   } finally {
