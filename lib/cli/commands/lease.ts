@@ -192,7 +192,7 @@ async function hold(io: Io, lease: Lease, flags: LeaseFlags): Promise<number> {
     }, { once: true });
   });
   if (ended instanceof Error) {
-    io.err(`slipway: lease ${lease.id} ended: ${ended.message}`);
+    io.err(`slipway: ${ended.message}`);
     return 1;
   }
   await releaseAndWait(io, lease);

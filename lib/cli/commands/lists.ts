@@ -35,7 +35,7 @@ export function registerLists(program: Command, io: Io): void {
       io.out(
         table(
           ['ID', 'TYPE', 'STATUS', 'OWNER', 'RESOURCE', 'CREATED', 'IN STATUS SINCE', 'EXPIRES'],
-          leases.map((l) => [l.id, l.type, statusText(l.status, p), l.owner ?? '-', l.resourceId ?? '-', relativeTime(l.createdAt, now), relativeTime(l.statusChangedAt, now), l.expiresAt ? relativeTime(l.expiresAt, now) : 'never']),
+          leases.map((l) => [l.id, l.type, statusText(l.status, p), l.owner ?? '-', l.resourceId ?? '-', relativeTime(l.createdAt, now), relativeTime(l.statusChangedAt, now), !LEASE_STATE_FLAGS[l.status].live ? '-' : l.expiresAt ? relativeTime(l.expiresAt, now) : 'never']),
           p,
         ),
       );

@@ -7,15 +7,15 @@ import { UsageError } from '../errors.js';
 import { json } from '../format.js';
 import type { Io } from '../io.js';
 import { logLine } from './show.js';
-import { subcommand, type JsonFlag } from './shared.js';
+import { renderingBlueprints, subcommand, type JsonFlag } from './shared.js';
 
-type LogsFlags = ConnectionFlags & JsonFlag & { lease?: string; resource?: string; blueprint?: string; type?: string; follow?: boolean; interval: string };
+type LogsFlags = ConnectionFlags & JsonFlag & { config?: string; lease?: string; resource?: string; blueprint?: string; type?: string; follow?: boolean; interval: string };
 
 export function registerLogs(program: Command, io: Io): void {
   subcommand(program, 'logs', 'print log lines, oldest first; --follow keeps printing new ones until Ctrl-C', [
     'slipway logs --lease lease_9b2f... --data-dir ./slipway-data',
     'slipway logs --blueprint ci-hosts --follow --database $URL',
-  ])
+  ], { rendersLogs: true })
     .option('--lease <id>', 'only this lease\'s lines')
     .option('--resource <id>', 'only this resource\'s lines')
     .option('--blueprint <name>', 'only this blueprint\'s lines')
@@ -32,7 +32,7 @@ export function registerLogs(program: Command, io: Io): void {
       }
       const filter = { lease: flags.lease, resource: flags.resource, blueprint: flags.blueprint, type: flags.type };
       const print = (entry: LogEntry) => io.out(flags.json ? JSON.stringify(entry) : logLine(entry, io.paint, !flags.lease && !flags.resource));
-      const broker = await openBroker(database, { migrate: false });
+      const broker = await openBroker(database, { migrate: false, blueprints: await renderingBlueprints(flags) });
       try {
         const seen = new Map<number, number>();
         const printNew = async (b: Broker) => {

@@ -6,7 +6,7 @@ import { CliFailure } from '../errors.js';
 import { json, relativeTime, type Paint } from '../format.js';
 import type { Io } from '../io.js';
 import { statusText } from './lists.js';
-import { subcommand, withBroker, type JsonFlag } from './shared.js';
+import { renderingBlueprints, subcommand, withBroker, type JsonFlag } from './shared.js';
 
 /** `2030-01-01 12:00:03  Lease is active on resource res_1.` (×3 when one entry stands for several). */
 export function logLine(entry: LogEntry, p: Paint, withObject: boolean): string {
@@ -23,9 +23,9 @@ function timeline(logs: LogEntry[]): Array<{ at: DateTime; from: string; to: str
 }
 
 export function registerShow(program: Command, io: Io): void {
-  subcommand(program, 'show', 'one lease or resource: attributes, status timeline, child leases, logs', ['slipway show lease_9b2f... --data-dir ./slipway-data'])
+  subcommand(program, 'show', 'one lease or resource: attributes, status timeline, child leases, logs', ['slipway show lease_9b2f... --data-dir ./slipway-data'], { rendersLogs: true })
     .argument('<id>', 'a lease id or a resource id')
-    .action(async (id: string, flags: ConnectionFlags & JsonFlag) => {
+    .action(async (id: string, flags: ConnectionFlags & JsonFlag & { config?: string }) => {
       const found = await withBroker(flags, async (broker) => {
         const lease = await broker.leases.get(id);
         if (lease) {
@@ -40,7 +40,7 @@ export function registerShow(program: Command, io: Io): void {
         const logs = await broker.logs({ resource: id });
         const all = await broker.leases.list({});
         return { kind: 'resource' as const, resource, leases: all.filter((l) => l.resourceId === id), children: all.filter((l) => l.parentResourceId === id), logs };
-      });
+      }, await renderingBlueprints(flags));
       if (!found) throw new CliFailure(`no lease or resource has the id ${id}`);
       if (flags.json) return io.out(json({ ...found, timeline: timeline(found.logs) }));
 
