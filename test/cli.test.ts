@@ -280,6 +280,24 @@ describe(`slipway on the ${tier} tier`, () => {
     expect((await cliJson(['show', id, ...flags])).lease.status).toBe('destroyed');
   }, 60_000);
 
+  test('lease on a terminal, Ctrl-C while it waits: the pending lease is released and destroyed, exit 130; NO_COLOR keeps a terminal plain', async () => {
+    const command = [process.execPath, BIN, 'lease', '--type', 'slow-host', '--ttl', '5m', ...withConfig()].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
+    const pty = new Running('script', ['-qefc', command, '/dev/null'], { ...env, NO_COLOR: '1' });
+    running.push(pty);
+    await pty.waitFor(/Lease queued for type "slow-host"/);
+    pty.proc.stdin!.write('\x03');
+    const exit = await pty.exited;
+    expect(exit.code).toBe(130);
+    // The spinner is there (a terminal), its colour is not (NO_COLOR).
+    expect(exit.stdout).toMatch(/\r\x1b\[2K[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] lease lease_\w+ /);
+    expect(exit.stdout).not.toMatch(/\x1b\[\d+m/);
+    const id = /lease (lease_\w+) (requested|pending)/.exec(exit.stdout)![1];
+    expect(exit.stdout).toMatch(new RegExp(`releasing lease ${id}[\\s\\S]*lease ${id} destroyed`));
+    const shown = await cliJson(['show', id, ...flags]);
+    expect(shown.lease.status).toBe('destroyed');
+    expect(shown.lease.resourceId === null || shown.timeline.every((s: { to: string }) => s.to !== 'active')).toBe(true);
+  }, 60_000);
+
   test('a corpus of bad invocations: each exits 2 (usage) or 1 (failure) with one line on stderr and no stack trace', async () => {
     const corpus = JSON.parse(readFileSync(join(repoRoot, 'test/fixtures/cli/bad-invocations.json'), 'utf8')) as {
       cases: Array<{ why: string; args: string[]; exit: number; stderr: string; opensDatabase: boolean }>;
