@@ -161,8 +161,11 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: stri
         await releaseAndWait(io, handle);
         return exitFor(interrupted);
       }
-      // The library asked for the release of a lease that timed out; the command waits until it is gone.
-      if (error instanceof LeaseTimeoutError) await handle.release();
+      if (error instanceof LeaseTimeoutError) {
+        // The library asked for the release of a lease that timed out; the command waits until it is gone.
+        await handle.release();
+        throw new CliFailure(`lease ${error.leaseId} was not active within ${flags.timeout}; released${error.lastFailure ? `; the last allocation failed: ${error.lastFailure}` : ''}`, { cause: error });
+      }
       throw error;
     }
   } finally {
