@@ -21,7 +21,8 @@ export function describeError(error: unknown): { line: string; exitCode: number 
   // The library's ValidationError names an argument the user gave (an owner, a ttl).
   if (error instanceof ValidationError) return { line, exitCode: EXIT.usage };
   if (error instanceof SlipwayError || error instanceof CliFailure) return { line, exitCode: EXIT.failure };
+  // A system error (EACCES, ENOSPC, ...) names its code, unless its message already does.
   const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return { line: `${line} (${code})`.replace(`(${code}) (${code})`, `(${code})`), exitCode: EXIT.failure };
+  if (typeof code === 'string' && /^E[A-Z]+$/.test(code) && !line.includes(code)) return { line: `${line} (${code})`, exitCode: EXIT.failure };
   return { line, exitCode: EXIT.failure };
 }

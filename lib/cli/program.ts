@@ -57,6 +57,7 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
   }
   try {
     await program.parseAsync(argv, { from: 'user' });
+    // A command that ends with its own code (lease -- argv: the command's) sets process.exitCode.
     return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
   } catch (error) {
     if (error instanceof CommanderError) {
