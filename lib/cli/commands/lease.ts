@@ -114,7 +114,9 @@ export function registerLease(program: Command, io: Io): void {
       const { config } = await loadConfig(flags.config);
       const { database: _database, ...options } = config;
       const database = databaseFrom(flags, config, false);
-      const broker = await openBroker(database, { ...options, workers: options.workers || {}, gcInterval: options.gcInterval ?? { minutes: 10 } });
+      // Workers as the config says: by default this process runs the hooks of its own lease; with
+      // `workers: false` it only requests, and the workers of a `slipway worker` do the rest.
+      const broker = await openBroker(database, { ...options, workers: options.workers ?? {}, gcInterval: options.gcInterval ?? { minutes: 10 } });
       try {
         process.exitCode = await acquireAndUse(io, broker, spec, argv, flags);
       } finally {

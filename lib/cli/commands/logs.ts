@@ -12,7 +12,7 @@ import { renderingBlueprints, subcommand, type JsonFlag } from './shared.js';
 type LogsFlags = ConnectionFlags & JsonFlag & { config?: string; lease?: string; resource?: string; blueprint?: string; type?: string; follow?: boolean; interval: string };
 
 export function registerLogs(program: Command, io: Io): void {
-  subcommand(program, 'logs', 'print log lines, oldest first; --follow keeps printing new ones until Ctrl-C', [
+  subcommand(program, 'logs', 'print log lines, oldest first (with --json, one JSON object per line); --follow keeps printing new ones until Ctrl-C', [
     'slipway logs --lease lease_9b2f... --data-dir ./slipway-data',
     'slipway logs --blueprint ci-hosts --follow --database $URL',
   ], { rendersLogs: true })
