@@ -4,7 +4,7 @@
  * postgres tier. The config module is test/fixtures/cli/slipway.config.js, which imports
  * the package by name as a user's would. test/package.test.ts runs the packed bin.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DateTime } from 'luxon';
@@ -67,7 +67,9 @@ describe(`slipway on the ${tier} tier`, () => {
   });
 
   test('lease -- argv runs the command on the lease, streams its output, releases it and exits with its exit code', async () => {
-    const result = await cli(['lease', '--type', 'host', '--ttl', '10m', '--owner', 'ci-7', ...withConfig(), '--', 'sh', '-c', 'echo out; echo err >&2; exit 3'], { env });
+    const attributes = join(root, 'attributes.json');
+    writeFileSync(attributes, JSON.stringify({ job: 'job-7' }));
+    const result = await cli(['lease', '--type', 'host', '--ttl', '10m', '--owner', 'ci-7', '--attributes', `@${attributes}`, ...withConfig(), '--', 'sh', '-c', 'echo out; echo err >&2; exit 3'], { env });
     expect(result.code).toBe(3);
     expect(result.stdout).toBe('out\n');
     // Off a terminal: plain progress lines, no spinner, no colour.
@@ -76,7 +78,7 @@ describe(`slipway on the ${tier} tier`, () => {
     expect(result.stderr).not.toMatch(/\x1b|⠋|waited/);
     const id = /lease (lease_\w+) requested/.exec(result.stderr)![1];
     const [lease] = (await cliJson<any[]>(['leases', '--status', 'all', '--owner', 'ci-7', ...flags])).filter((l) => l.id === id);
-    expect(lease).toMatchObject({ id, status: 'destroyed', owner: 'ci-7', type: 'host' });
+    expect(lease).toMatchObject({ id, status: 'destroyed', owner: 'ci-7', type: 'host', attributes: { job: 'job-7', slot: expect.any(Number) } });
     expect(DateTime.fromISO(lease.createdAt).isValid).toBe(true);
   });
 
