@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DateTime } from 'luxon';
-import { createBroker, type Broker } from '../lib/index.js';
+import { createBroker, LEASE_STATUSES, RESOURCE_STATUSES, type Broker } from '../lib/index.js';
 import { localHosts } from '../blueprints/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { BIN, buildBin, cli, cliDatabase, cliJson, CONFIG, oneCleanLine, Running } from './helpers/cli.js';
@@ -54,6 +54,9 @@ describe(`slipway on the ${tier} tier`, () => {
     const commands = ['migrate', 'worker', 'lease', 'release-lease', 'release-resource', 'reclaim', 'break', 'leases', 'resources', 'show', 'logs', 'stats', 'gc'];
     const helps = await Promise.all(commands.map((command) => cli([command, '--help'])));
     helps.forEach((help, i) => expect([commands[i], help.code, help.stdout]).toEqual([commands[i], 0, expect.stringMatching(new RegExp(`Usage: slipway ${commands[i]}[\\s\\S]*Examples?:\\n  \\$ slipway ${commands[i]} `))]));
+    // The status lists are written out in the help (it answers without loading the library): the library's own.
+    expect(helps[commands.indexOf('leases')]!.stdout.replace(/\s+/g, ' ')).toContain(`(${LEASE_STATUSES.join(', ')}) or all`);
+    expect(helps[commands.indexOf('resources')]!.stdout.replace(/\s+/g, ' ')).toContain(`(${RESOURCE_STATUSES.join(', ')}) or all`);
     const version = await cli(['--version']);
     expect(version.stdout.trim()).toBe(JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')).version);
   });

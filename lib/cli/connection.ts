@@ -1,10 +1,11 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
-import { createBroker, DataDirLockedError, SchemaNotMigratedError, type Broker, type DatabaseOptions } from '../index.js';
+import type { Broker, DatabaseOptions } from '../index.js';
 import type { SlipwayConfig } from './config.js';
 import { parseCliDuration } from './durations.js';
 import { CliFailure, UsageError } from './errors.js';
+import { library } from './library.js';
 
 /** The connection flags every command that opens the database takes. */
 export interface ConnectionFlags {
@@ -54,6 +55,7 @@ export function databaseFrom(flags: ConnectionFlags, config: SlipwayConfig | und
 export async function openBroker(database: DatabaseOptions, options: Omit<SlipwayConfig, 'database'> & { migrate?: boolean } = {}): Promise<Broker> {
   const { migrate, ...rest } = options;
   const db = migrate === undefined ? database : { ...database, migrate };
+  const { createBroker, DataDirLockedError, SchemaNotMigratedError } = await library();
   try {
     return await createBroker({ workers: false, gcInterval: false, ...rest, database: db } as SlipwayConfig);
   } catch (error) {

@@ -1,5 +1,4 @@
 import { DateTime, Duration } from 'luxon';
-import { parseDuration } from '../index.js';
 import { UsageError } from './errors.js';
 
 const UNITS: Record<string, string> = { ms: 'milliseconds', s: 'seconds', m: 'minutes', h: 'hours', d: 'days', w: 'weeks' };
@@ -20,11 +19,9 @@ export function parseCliDuration(text: string, flag: string): Duration {
     return Duration.fromObject(parts);
   }
   if (/^P/i.test(trimmed)) {
-    try {
-      return parseDuration(trimmed.toUpperCase(), flag);
-    } catch {
-      // Falls through to the one message below.
-    }
+    // What the library's parseDuration reads from a string: luxon's ISO 8601, never negative.
+    const duration = Duration.fromISO(trimmed.toUpperCase());
+    if (duration.isValid && Number.isFinite(duration.toMillis()) && duration.toMillis() >= 0) return duration;
   }
   throw new UsageError(`${flag}: ${JSON.stringify(text)} is not a duration (examples: 30m, 2h, 1h30m, 7d, PT5M)`);
 }

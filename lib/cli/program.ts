@@ -64,7 +64,7 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
       // Help and --version are exit 0; every parse error is a usage error.
       return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
     }
-    const { line, exitCode } = describeError(error);
+    const { line, exitCode } = await describeError(error);
     io.err(`slipway: ${line}`);
     if (debug && error instanceof Error && error.stack) io.err(error.stack);
     return exitCode;

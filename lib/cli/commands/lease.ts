@@ -2,13 +2,14 @@ import { readFileSync } from 'node:fs';
 import { constants, hostname, userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { DateTime } from 'luxon';
-import { AbortError, LeaseTimeoutError, type Broker, type JsonObject, type Lease, type LeaseHandle, type LeaseSpec, type LogEntry } from '../../index.js';
+import type { Broker, JsonObject, Lease, LeaseHandle, LeaseSpec, LogEntry } from '../../index.js';
 import { loadConfig } from '../config.js';
 import { addConnectionOptions, databaseFrom, openBroker, type ConnectionFlags } from '../connection.js';
 import { parseCliDateTime, parseCliDuration } from '../durations.js';
 import { CliFailure, UsageError } from '../errors.js';
 import { json } from '../format.js';
 import type { Io } from '../io.js';
+import { library } from '../library.js';
 import { Progress } from '../progress.js';
 
 interface LeaseFlags extends ConnectionFlags {
@@ -126,6 +127,7 @@ export function registerLease(program: Command, io: Io): void {
 }
 
 async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: string[], flags: LeaseFlags): Promise<number> {
+  const { AbortError, LeaseTimeoutError } = await library();
   let id: string | undefined;
   const progress = new Progress(io, () => `lease ${id ?? ''}`.trim());
   // Lines logged while the request itself runs arrive before its id is known: kept until then.
@@ -206,6 +208,7 @@ async function hold(io: Io, lease: Lease, flags: LeaseFlags): Promise<number> {
 
 /** Runs argv on the lease's command interface, streaming its output, then releases the lease. */
 async function runOn(io: Io, lease: Lease, argv: string[]): Promise<number> {
+  const { AbortError } = await library();
   const stop = new AbortController();
   let interrupted: NodeJS.Signals | undefined;
   const off = onInterrupt((signal) => {

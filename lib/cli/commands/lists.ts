@@ -1,13 +1,15 @@
 import type { Command } from 'commander';
 import { DateTime } from 'luxon';
-import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATUSES, type LeaseRecord, type LeaseStatus, type ResourceStatus } from '../../index.js';
+import type { LeaseRecord, LeaseStatus, ResourceStatus } from '../../index.js';
 import type { ConnectionFlags } from '../connection.js';
 import { json, relativeTime, table, type Paint } from '../format.js';
 import type { Io } from '../io.js';
+import { library } from '../library.js';
 import { parseStatuses, subcommand, withBroker, type JsonFlag } from './shared.js';
 
-const LIVE_LEASES = LEASE_STATUSES.filter((s) => s !== 'destroyed');
-const LIVE_RESOURCES = RESOURCE_STATUSES.filter((s) => s !== 'destroyed');
+// Written out for --help, which answers without loading the library; test/cli.test.ts checks them against it.
+const LEASE_STATUS_HELP = 'pending, acquired, active, released, broken, destroyed';
+const RESOURCE_STATUS_HELP = 'pending, active, released, broken, destroyed';
 
 /** Green when in use, yellow on the way in or out, red when broken. */
 export function statusText(status: string, p: Paint): string {
@@ -21,11 +23,12 @@ export function registerLists(program: Command, io: Io): void {
   subcommand(program, 'leases', 'list leases (all but destroyed ones unless --status says otherwise), newest first', [
     'slipway leases --data-dir ./slipway-data --status active --owner build-42',
   ])
-    .option('--status <statuses>', `comma-separated (${LEASE_STATUSES.join(', ')}) or all`)
+    .option('--status <statuses>', `comma-separated (${LEASE_STATUS_HELP}) or all`)
     .option('--type <type>', 'only this resource type')
     .option('--owner <owner>', 'only this owner')
     .action(async (flags: ConnectionFlags & JsonFlag & { status?: string; type?: string; owner?: string }) => {
-      const status = parseStatuses<LeaseStatus>(flags.status, LEASE_STATUSES, LIVE_LEASES);
+      const { LEASE_STATE_FLAGS, LEASE_STATUSES } = await library();
+      const status = parseStatuses<LeaseStatus>(flags.status, LEASE_STATUSES, LEASE_STATUSES.filter((s) => s !== 'destroyed'));
       const leases = await withBroker(flags, (broker) => broker.leases.list({ status, type: flags.type, owner: flags.owner }));
       leases.sort((a, b) => b.createdAt.toMillis() - a.createdAt.toMillis());
       if (flags.json) return io.out(json(leases));
@@ -44,11 +47,12 @@ export function registerLists(program: Command, io: Io): void {
   subcommand(program, 'resources', 'list resources (all but destroyed ones unless --status says otherwise) with the owners of their leases', [
     'slipway resources --data-dir ./slipway-data --blueprint ci-hosts',
   ])
-    .option('--status <statuses>', `comma-separated (${RESOURCE_STATUSES.join(', ')}) or all`)
+    .option('--status <statuses>', `comma-separated (${RESOURCE_STATUS_HELP}) or all`)
     .option('--blueprint <name>', 'only this blueprint')
     .option('--type <type>', 'only this resource type')
     .action(async (flags: ConnectionFlags & JsonFlag & { status?: string; blueprint?: string; type?: string }) => {
-      const status = parseStatuses<ResourceStatus>(flags.status, RESOURCE_STATUSES, LIVE_RESOURCES);
+      const { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATUSES } = await library();
+      const status = parseStatuses<ResourceStatus>(flags.status, RESOURCE_STATUSES, RESOURCE_STATUSES.filter((s) => s !== 'destroyed'));
       const { resources, leases } = await withBroker(flags, async (broker) => ({
         resources: await broker.resources.list({ status, blueprint: flags.blueprint, type: flags.type }),
         leases: await broker.leases.list({ status: LEASE_STATUSES.filter((s) => LEASE_STATE_FLAGS[s].live) }),

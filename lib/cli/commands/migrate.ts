@@ -1,13 +1,13 @@
 import type { Command } from 'commander';
-import { SchemaNotMigratedError } from '../../index.js';
-import { slipwayMigrations } from '../../typeorm.js';
 import { databaseFrom, openBroker, type ConnectionFlags } from '../connection.js';
 import type { Io } from '../io.js';
+import { library } from '../library.js';
 import { json } from '../format.js';
 import { subcommand, type JsonFlag } from './shared.js';
 
 /** `Slipway0004FailureStreaks1700000000004` → { id: 4, name: 'FailureStreaks' }. */
-function knownMigrations(): Array<{ id: number; name: string }> {
+async function knownMigrations(): Promise<Array<{ id: number; name: string }>> {
+  const { slipwayMigrations } = await import('../../typeorm.js');
   return slipwayMigrations().map((Migration) => {
     const match = /^Slipway(\d{4})([A-Za-z0-9]+?)\d{13}$/.exec(new Migration().name as string);
     return { id: Number(match?.[1] ?? 0), name: match?.[2] ?? '' };
@@ -20,7 +20,8 @@ export function registerMigrate(program: Command, io: Io): void {
     'slipway migrate --data-dir ./slipway-data',
   ]).action(async (flags: ConnectionFlags & JsonFlag) => {
     const database = databaseFrom(flags, undefined, false);
-    const known = knownMigrations();
+    const known = await knownMigrations();
+    const { SchemaNotMigratedError } = await library();
     const version = Math.max(...known.map((m) => m.id));
     // What is missing, read without writing; then the same open with migrations applies it.
     let missing: number[] = [];

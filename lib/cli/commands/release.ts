@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
-import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATUSES } from '../../index.js';
 import type { ConnectionFlags } from '../connection.js';
 import { UsageError } from '../errors.js';
 import { json } from '../format.js';
 import type { Io } from '../io.js';
+import { library } from '../library.js';
 import { subcommand, withBroker, type JsonFlag } from './shared.js';
 
 const AUTHOR = 'slipway-cli';
@@ -29,6 +29,7 @@ export function registerRelease(program: Command, io: Io): void {
       if (flags.all && ids.length > 0) throw new UsageError('give lease ids or --all, not both');
       if (!flags.all && ids.length === 0) throw new UsageError('give lease ids, or --all');
       if (flags.owner !== undefined && !flags.all) throw new UsageError('--owner goes with --all');
+      const { LEASE_STATE_FLAGS, LEASE_STATUSES } = await library();
       const released = await withBroker(flags, async (broker) => {
         const targets = flags.all
           ? (await broker.leases.list({ status: LEASE_STATUSES.filter((s) => LEASE_STATE_FLAGS[s].releasable), owner: flags.owner })).map((l) => l.id)
@@ -52,6 +53,7 @@ export function registerRelease(program: Command, io: Io): void {
       if (!flags.all && ids.length === 0) throw new UsageError('give resource ids, or --all --blueprint B');
       if (flags.all && !flags.blueprint) throw new UsageError('--all needs --blueprint B: releasing every resource of every blueprint is not offered');
       if (flags.blueprint !== undefined && !flags.all) throw new UsageError('--blueprint goes with --all');
+      const { RESOURCE_STATE_FLAGS, RESOURCE_STATUSES } = await library();
       const released = await withBroker(flags, async (broker) => {
         const targets = flags.all
           ? (await broker.resources.list({ status: RESOURCE_STATUSES.filter((s) => RESOURCE_STATE_FLAGS[s].releasable), blueprint: flags.blueprint })).map((r) => r.id)
