@@ -21,6 +21,8 @@ const LAYERS: Array<{ name: string; rank: number; owns: (file: string) => boolea
   { name: 'broker', rank: 5, owns: (f) => f.startsWith('broker/') },
   { name: 'testing', rank: 6, owns: (f) => f.startsWith('testing/') },
   { name: 'entry points', rank: 7, owns: (f) => f === 'index.ts' || f === 'typeorm.ts' },
+  // The `slipway` bin: a user of the public API, as any program on the package would be.
+  { name: 'cli', rank: 8, owns: (f) => f.startsWith('cli/') },
 ];
 
 function layerOf(file: string) {
@@ -84,8 +86,19 @@ test('no import cycle among the files of lib/, type imports included', () => {
   expect(cycles).toEqual([]);
 });
 
+test('the bin (lib/cli/) uses only the public entry points, as a program on the package would', () => {
+  const inner: string[] = [];
+  for (const [file, imports] of graph) {
+    if (!file.startsWith('cli/')) continue;
+    for (const target of imports) if (!target.startsWith('cli/') && target !== 'index.ts' && target !== 'typeorm.ts') inner.push(`lib/${file} imports lib/${target}`);
+  }
+  expect(inner).toEqual([]);
+  expect([...graph.keys()].filter((f) => f.startsWith('cli/')).length).toBeGreaterThan(5);
+});
+
 test('the check sees imports of every kind (a check that finds nothing would pass blindly)', () => {
   expect(graph.get('index.ts')).toContain('broker/index.ts');
   expect(graph.get('model/lease.ts')).toContain('model/interfaces.ts');
+  expect(graph.get('cli/commands/lists.ts')).toContain('index.ts');
   expect([...graph.values()].flat().length).toBeGreaterThan(200);
 });

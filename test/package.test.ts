@@ -13,7 +13,7 @@
  * Runs on the embedded tier only: nothing here uses the tier's database.
  */
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -35,7 +35,7 @@ let consumer: string;
 let pack: PackResult;
 let dryRun: PackResult;
 let shipped: Set<string>;
-let packageJson: { dependencies: Record<string, string>; exports: Record<string, Record<string, string>>; repository?: unknown; license?: string };
+let packageJson: { dependencies: Record<string, string>; exports: Record<string, Record<string, string>>; bin?: Record<string, string>; repository?: unknown; license?: string };
 
 /** Runs a command; on failure the error carries its output. */
 async function sh(file: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}): Promise<{ stdout: string; stderr: string }> {
@@ -160,6 +160,27 @@ describeEmbedded('the packed package', () => {
     expect(stdout.trim()).toBe('ok');
     expect(stderr).toBe('');
   });
+});
+
+describeEmbedded('the slipway bin of the package', () => {
+  test('package.json names a shipped bin with a node shebang; npx slipway runs it in a project that installed the package', async () => {
+    expect(packageJson.bin).toEqual({ slipway: './dist/lib/cli/main.js' });
+    const bin = packageJson.bin!.slipway!.replace(/^\.\//, '');
+    expect(shipped).toContain(bin);
+    expect(readFileSync(join(consumer, 'node_modules/slipway', bin), 'utf8')).toMatch(/^#!\/usr\/bin\/env node\n/);
+    // As npm's install does (bin-links): node_modules/.bin/slipway, and the target made executable.
+    mkdirSync(join(consumer, 'node_modules/.bin'), { recursive: true });
+    symlinkSync(join('..', 'slipway', bin), join(consumer, 'node_modules/.bin/slipway'));
+    chmodSync(join(consumer, 'node_modules/slipway', bin), 0o755);
+
+    const npx = (...args: string[]) => sh('npx', ['--offline', '--no-install', 'slipway', ...args], consumer, { NO_COLOR: '1' });
+    expect((await npx('--version')).stdout.trim()).toBe(JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')).version);
+    const dataDir = join(work, 'cli-data');
+    expect(JSON.parse((await npx('migrate', '--data-dir', dataDir, '--json')).stdout)).toEqual({ schema: dataDir, version: expect.any(Number), applied: expect.any(Array) });
+    expect(JSON.parse((await npx('leases', '--data-dir', dataDir, '--json')).stdout)).toEqual([]);
+    const bad = await npx('leases', '--data-dir', dataDir, '--status', 'weird').catch((e: Error) => e);
+    expect(bad instanceof Error ? bad.message : '').toMatch(/--- stderr\nslipway: --status: "weird" is not a status[^\n]*\n$/);
+  }, 120_000);
 });
 
 /** A type probe: luxon's types are there (not any), whoever installed them. */

@@ -1,0 +1,240 @@
+import { readFileSync } from 'node:fs';
+import { constants, hostname, userInfo } from 'node:os';
+import type { Command } from 'commander';
+import { DateTime } from 'luxon';
+import type { Broker, JsonObject, Lease, LeaseHandle, LeaseSpec, LogEntry } from '../../index.js';
+import { loadConfig } from '../config.js';
+import { addConnectionOptions, databaseFrom, openBroker, type ConnectionFlags } from '../connection.js';
+import { parseCliDateTime, parseCliDuration } from '../durations.js';
+import { CliFailure, UsageError } from '../errors.js';
+import { json } from '../format.js';
+import type { Io } from '../io.js';
+import { library } from '../library.js';
+import { Progress } from '../progress.js';
+
+interface LeaseFlags extends ConnectionFlags {
+  config?: string;
+  type: string;
+  attributes?: string;
+  ttl?: string;
+  until?: string;
+  blueprint?: string[];
+  owner?: string;
+  timeout?: string;
+  priority?: string;
+  json?: boolean;
+}
+
+/** `--attributes '{"x":1}'` or `--attributes @file.json`: a JSON object. */
+function parseAttributes(text: string | undefined): JsonObject | undefined {
+  if (text === undefined) return undefined;
+  let source = text;
+  if (text.startsWith('@')) {
+    try {
+      source = readFileSync(text.slice(1), 'utf8');
+    } catch (error) {
+      throw new UsageError(`--attributes: cannot read ${text.slice(1)}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(source);
+  } catch (error) {
+    throw new UsageError(`--attributes: not JSON (${(error as Error).message})`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new UsageError('--attributes: must be a JSON object, like {"repo":"app"}');
+  return value as JsonObject;
+}
+
+function specFrom(flags: LeaseFlags): LeaseSpec {
+  if (flags.ttl !== undefined && flags.until !== undefined) throw new UsageError('give --ttl or --until, not both');
+  const priority = flags.priority === undefined ? undefined : Number(flags.priority);
+  if (priority !== undefined && !Number.isInteger(priority)) throw new UsageError('--priority: a whole number');
+  return {
+    type: flags.type,
+    attributes: parseAttributes(flags.attributes),
+    owner: flags.owner ?? `${userInfo().username}@${hostname()}`,
+    ...(flags.ttl !== undefined ? { ttl: parseCliDuration(flags.ttl, '--ttl') } : {}),
+    ...(flags.until !== undefined ? { until: parseCliDateTime(flags.until, '--until', DateTime.utc()) } : {}),
+    ...(flags.timeout !== undefined ? { timeout: parseCliDuration(flags.timeout, '--timeout') } : {}),
+    ...(flags.blueprint?.length ? { blueprints: flags.blueprint } : {}),
+    ...(priority !== undefined ? { priority } : {}),
+  };
+}
+
+/** The signal a person sends: Ctrl-C (SIGINT) or a polite kill (SIGTERM). */
+function onInterrupt(handler: (signal: NodeJS.Signals) => void): () => void {
+  process.on('SIGINT', handler);
+  process.on('SIGTERM', handler);
+  return () => {
+    process.off('SIGINT', handler);
+    process.off('SIGTERM', handler);
+  };
+}
+
+const exitFor = (signal: NodeJS.Signals) => 128 + (constants.signals[signal] ?? 2);
+
+function describeLease(lease: Lease) {
+  return { id: lease.id, type: lease.type, status: lease.status, owner: lease.owner, expiresAt: lease.expiresAt, attributes: lease.attributes, resource: lease.resource };
+}
+
+/** Releases the lease and waits until it is destroyed; a second Ctrl-C leaves at once. */
+async function releaseAndWait(io: Io, handle: { id: string; release(options?: { wait?: boolean }): Promise<void> }): Promise<void> {
+  io.err(`releasing lease ${handle.id} and waiting for its destroy (Ctrl-C again leaves at once; the release goes on)`);
+  const off = onInterrupt((signal) => process.exit(exitFor(signal)));
+  try {
+    await handle.release();
+  } finally {
+    off();
+  }
+  io.err(`lease ${handle.id} destroyed`);
+}
+
+export function registerLease(program: Command, io: Io): void {
+  const command = program
+    .command('lease')
+    .description('acquire a lease, showing its progress; then hold it until Ctrl-C, or run a command on it (after --) and exit with its exit code');
+  addConnectionOptions(command)
+    .requiredOption('--type <type>', 'the resource type (host, working-copy, ...)')
+    .option('--attributes <json>', 'a JSON object, or @file holding one')
+    .option('--ttl <duration>', 'expire this long after the request (30m, 2h, PT5M)')
+    .option('--until <iso>', 'expire at this time (ISO 8601)')
+    .option('--blueprint <name>', 'only from this blueprint (repeat for several)', (value: string, previous: string[] = []) => [...previous, value])
+    .option('--owner <owner>', 'who holds it (default: user@host)')
+    .option('--priority <n>', 'higher goes first among waiting leases')
+    .option('--timeout <duration>', 'give up (and release) if not active by then')
+    .option('--config <file>', 'the config module with the blueprints (default: ./slipway.config.js)')
+    .option('--json', 'print the active lease as JSON; progress lines on stderr become JSON log entries')
+    .argument('[command...]', 'after --: a command to run on the lease\'s command interface')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  $ slipway lease --type host --ttl 30m --data-dir ./slipway-data            # holds it until Ctrl-C\n  $ slipway lease --type host --ttl 30m --database $URL -- make test         # exits with make\'s exit code\n',
+    )
+    .action(async (argv: string[], flags: LeaseFlags) => {
+      const spec = specFrom(flags);
+      const { config } = await loadConfig(flags.config);
+      const { database: _database, ...options } = config;
+      const database = databaseFrom(flags, config, false);
+      // Workers as the config says: by default this process runs the hooks of its own lease; with
+      // `workers: false` it only requests, and the workers of a `slipway worker` do the rest.
+      const broker = await openBroker(database, { ...options, workers: options.workers ?? {}, gcInterval: options.gcInterval ?? { minutes: 10 } });
+      try {
+        process.exitCode = await acquireAndUse(io, broker, spec, argv, flags);
+      } finally {
+        await broker.close();
+      }
+    });
+}
+
+async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: string[], flags: LeaseFlags): Promise<number> {
+  const { AbortError, LeaseTimeoutError } = await library();
+  let id: string | undefined;
+  const progress = new Progress(io, () => `lease ${id ?? ''}`.trim());
+  // Lines logged while the request itself runs arrive before its id is known: kept until then.
+  const early: LogEntry[] = [];
+  const show = (entry: LogEntry) => {
+    if (entry.type === 'status.changed') return progress.setStatus(String(entry.data.to));
+    progress.line(flags.json ? JSON.stringify(entry) : `${entry.at.toUTC().toFormat('HH:mm:ss')} ${entry.message}`);
+  };
+  const offLog = broker.on('log', (entry) => {
+    if (!entry.lease) return;
+    if (id === undefined) early.push(entry);
+    else if (entry.lease === id) show(entry);
+  });
+  const waiting = new AbortController();
+  let interrupted: NodeJS.Signals | undefined;
+  const offWait = onInterrupt((signal) => {
+    interrupted = signal;
+    waiting.abort();
+  });
+  let handle: LeaseHandle;
+  let lease: Lease;
+  try {
+    progress.start();
+    handle = await broker.requestLease(spec);
+    id = handle.id;
+    if (!io.interactive) io.err(`lease ${id} requested: ${spec.type}${spec.blueprints ? ` from ${spec.blueprints.join(', ')}` : ''}`);
+    for (const entry of early.splice(0)) if (entry.lease === id) show(entry);
+    progress.setStatus(await handle.status());
+    try {
+      lease = await handle.whenActive({ signal: waiting.signal });
+    } catch (error) {
+      progress.stop();
+      if (error instanceof AbortError && interrupted) {
+        offWait();
+        await releaseAndWait(io, handle);
+        return exitFor(interrupted);
+      }
+      if (error instanceof LeaseTimeoutError) {
+        // The library asked for the release of a lease that timed out; the command waits until it is gone.
+        await handle.release();
+        throw new CliFailure(`lease ${error.leaseId} was not active within ${flags.timeout}; released${error.lastFailure ? `; the last allocation failed: ${error.lastFailure}` : ''}`, { cause: error });
+      }
+      throw error;
+    }
+  } finally {
+    progress.stop();
+    offLog();
+    offWait();
+  }
+
+  io.err(`lease ${lease.id} is active on resource ${lease.resource.id} (blueprint ${lease.resource.blueprint})`);
+  if (argv.length === 0) return hold(io, lease, flags);
+  return runOn(io, lease, argv);
+}
+
+/** Prints the lease and holds it until Ctrl-C (then releases it) or until it ends by itself. */
+async function hold(io: Io, lease: Lease, flags: LeaseFlags): Promise<number> {
+  if (flags.json) io.out(json(describeLease(lease)));
+  else io.out(`${lease.id} ${lease.type} on ${lease.resource.id} (${lease.resource.blueprint}), expires ${lease.expiresAt ? lease.expiresAt.toUTC().toISO() : 'never'}, attributes ${JSON.stringify(lease.attributes)}`);
+  io.err('holding it: Ctrl-C releases it');
+  const ended = await new Promise<NodeJS.Signals | Error>((resolve) => {
+    const off = onInterrupt((signal) => {
+      off();
+      resolve(signal);
+    });
+    lease.signal.addEventListener('abort', () => {
+      off();
+      resolve(lease.signal.reason as Error);
+    }, { once: true });
+  });
+  if (ended instanceof Error) {
+    io.err(`slipway: ${ended.message}`);
+    return 1;
+  }
+  await releaseAndWait(io, lease);
+  return 0;
+}
+
+/** Runs argv on the lease's command interface, streaming its output, then releases the lease. */
+async function runOn(io: Io, lease: Lease, argv: string[]): Promise<number> {
+  const { AbortError } = await library();
+  const stop = new AbortController();
+  let interrupted: NodeJS.Signals | undefined;
+  const off = onInterrupt((signal) => {
+    interrupted = signal;
+    stop.abort();
+  });
+  let exitCode: number;
+  try {
+    const command = lease.interface<{ run?: unknown }>('command');
+    if (typeof command?.run !== 'function') throw new CliFailure(`blueprint ${lease.resource.blueprint} offers no command interface`);
+    const result = await lease.interface('command').run(argv, {
+      signal: stop.signal,
+      onStdout: (chunk) => process.stdout.write(chunk),
+      onStderr: (chunk) => process.stderr.write(chunk),
+    });
+    exitCode = result.exitCode ?? (result.signal ? exitFor(result.signal as NodeJS.Signals) : 1);
+  } catch (error) {
+    off();
+    if (error instanceof AbortError && interrupted) {
+      await releaseAndWait(io, lease);
+      return exitFor(interrupted);
+    }
+    await lease.release().catch(() => undefined);
+    throw error;
+  }
+  off();
+  await releaseAndWait(io, lease);
+  return exitCode;
+}
