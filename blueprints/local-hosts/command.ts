@@ -1,20 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
-import { AbortError, LeaseNotActiveError, parseDuration, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { AbortError, LeaseNotActiveError, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { checkArgv, checkCommandOptions, KILL_GRACE_MS, verdict, type CommandOptionRules } from '../command-options.js';
 import { CommandStartError } from './command-error.js';
 import { groupRuns, startTimeOf } from './process-identity.js';
 import { enterRegistry, stopOrphanedProcesses, type RegistryTicket } from './process-registry.js';
-
-/** After a timeout, an abort or the end of the lease, how long a process has to exit on SIGTERM before it gets SIGKILL. */
-export const KILL_GRACE_MS = 2_000;
-
-/**
- * How long a command on a lease that looks torn down (its directory gone, its destroy
- * begun) waits for the lease signal to say why. The broker reads the lease when the
- * signal is first used, so the answer is one read away.
- */
-const VERDICT_WAIT_MS = 2_000;
 
 // POSIX: each command leads its own process group, so a timeout also stops what it
 // started (a shell's children hold stdout open and would keep `close` from firing).
@@ -48,7 +39,7 @@ export async function runCommand(argv: readonly string[], options: CommandOption
   const leaseSignal = lease.signal();
   if (leaseSignal.aborted) throw leaseSignal.reason;
   checkArgv(argv);
-  const o = checkOptions(options);
+  const o = checkCommandOptions(options, LOCAL_RULES);
   const cwd = o.cwd === undefined ? lease.directory : isAbsolute(o.cwd) ? o.cwd : resolve(lease.directory, o.cwd);
   await checkDirectory(cwd, cwd === lease.directory, leaseSignal);
   if (o.signal?.aborted) throw new AbortError(`command ${JSON.stringify(argv[0])} was aborted before it started`, { cause: o.signal.reason });
@@ -83,22 +74,6 @@ export async function runCommand(argv: readonly string[], options: CommandOption
   // Read at once, before the event loop can reap a child that already exited.
   const registered = child.pid === undefined ? Promise.resolve() : ticket.started({ pid: child.pid, startTime: startTimeOf(child.pid) });
   return supervise(child, argv[0]!, o, { signal: leaseSignal, ticket, registered });
-}
-
-/** The lease signal's reason once it says the lease is not active, waiting a little for a verdict on its way; null if it does not say so. */
-async function verdict(signal: AbortSignal): Promise<unknown> {
-  if (!signal.aborted) {
-    await new Promise<void>((done) => {
-      const stop = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', stop);
-        done();
-      };
-      const timer = setTimeout(stop, VERDICT_WAIT_MS);
-      signal.addEventListener('abort', stop, { once: true });
-    });
-  }
-  return signal.aborted ? signal.reason : null;
 }
 
 const missingLeaseDirectory = (directory: string) => new ValidationError('options.cwd', `${directory} does not exist: the lease directory was removed while the lease is active`);
@@ -216,57 +191,10 @@ function signalProcess(child: ChildProcess, signal: NodeJS.Signals) {
   }
 }
 
-function checkArgv(argv: unknown): asserts argv is readonly string[] {
-  if (!Array.isArray(argv) || argv.length === 0) throw new ValidationError('argv', 'must be a non-empty array of strings, like ["git", "status"]');
-  argv.forEach((arg, i) => {
-    if (typeof arg !== 'string') throw new ValidationError(`argv[${i}]`, `must be a string (got ${typeof arg})`);
-    if (arg.includes('\0')) throw new ValidationError(`argv[${i}]`, 'must not contain a NUL byte');
-  });
-  if (argv[0] === '') throw new ValidationError('argv[0]', 'must name the program to run');
-}
-
-const OPTION_KEYS = ['cwd', 'env', 'timeout', 'signal', 'shell', 'onStdout', 'onStderr', 'stdin'];
-
-/** Node runs a timer of more than 2^31 - 1 ms after 1 ms: a longer timeout would kill the process at once. */
-const MAX_TIMEOUT_MS = 2 ** 31 - 1;
-
-function checkOptions(options: unknown): CommandOptions & { timeoutMs?: number } {
-  if (options === undefined) return {};
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) throw new ValidationError('options', 'must be an object');
-  // A misspelt option (`timout`) would run the command without what it asked for.
-  for (const key of Object.keys(options)) {
-    if (!OPTION_KEYS.includes(key)) throw new ValidationError(`options.${key}`, `is not a command option (known: ${OPTION_KEYS.join(', ')})`);
-  }
-  const o = options as CommandOptions;
-  if (o.cwd !== undefined && (typeof o.cwd !== 'string' || o.cwd === '')) throw new ValidationError('options.cwd', 'must be a non-empty string');
-  if (o.env !== undefined) {
-    if (o.env === null || typeof o.env !== 'object' || Array.isArray(o.env)) throw new ValidationError('options.env', 'must be an object of strings by variable name, like { CI: "1" }');
-    for (const [key, value] of Object.entries(o.env)) {
-      // The environment block is NAME=value strings ending in NUL: a name with = or NUL, or a value with NUL, would set something else.
-      if (key === '' || key.includes('=') || key.includes('\0')) throw new ValidationError(`options.env.${key}`, 'is not a variable name: it must be non-empty, without "=" or a NUL character');
-      if (value !== undefined && typeof value !== 'string') throw new ValidationError(`options.env.${key}`, `must be a string, or undefined to unset it (got ${typeof value})`);
-      if (value?.includes('\0')) throw new ValidationError(`options.env.${key}`, 'must not contain a NUL character');
-    }
-  }
-  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new ValidationError('options.signal', 'must be an AbortSignal');
-  if (o.shell !== undefined && typeof o.shell !== 'boolean') throw new ValidationError('options.shell', 'must be a boolean');
-  if (o.onStdout !== undefined && typeof o.onStdout !== 'function') throw new ValidationError('options.onStdout', 'must be a function');
-  if (o.onStderr !== undefined && typeof o.onStderr !== 'function') throw new ValidationError('options.onStderr', 'must be a function');
-  if (o.stdin !== undefined && typeof o.stdin !== 'string') throw new ValidationError('options.stdin', 'must be a string');
-  return { ...o, timeoutMs: o.timeout === undefined ? undefined : timeoutMs(o.timeout) };
-}
-
-/**
- * The timeout in milliseconds. It is wall time on purpose, not the broker's injectable
- * clock: it bounds a real process, which a test's manual clock would otherwise let run forever.
- */
-function timeoutMs(value: unknown): number {
-  const duration = parseDuration(value, 'options.timeout');
-  const ms = duration.toMillis();
-  if (ms <= 0) throw new ValidationError('options.timeout', `must be a positive duration (got ${duration.toISO()})`);
-  if (ms > MAX_TIMEOUT_MS) throw new ValidationError('options.timeout', `must be at most ${MAX_TIMEOUT_MS} ms (about 24.8 days; got ${duration.toISO()})`);
-  return ms;
-}
+/** A local process takes any name the environment block can hold: non-empty, without "=" or NUL. */
+const LOCAL_RULES: CommandOptionRules = {
+  envName: (key) => (key === '' || key.includes('=') || key.includes('\0') ? new ValidationError(`options.env.${key}`, 'is not a variable name: it must be non-empty, without "=" or a NUL character') : null),
+};
 
 async function checkDirectory(cwd: string, isLeaseDirectory: boolean, leaseSignal: AbortSignal): Promise<void> {
   // spawn reports a missing cwd as ENOENT of the executable, which misleads: say what is missing.

@@ -1,6 +1,7 @@
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { ValidationError } from '../../lib/index.js';
+import { describe } from '../describe-value.js';
 
 /** Configuration of a `localHosts` blueprint. */
 export interface LocalHostsConfig {
@@ -52,13 +53,4 @@ export function validateLocalHostsConfig(config: unknown): LocalHostsSettings {
   if (!isAbsolute(root)) throw new ValidationError('config.root', `must be an absolute path (got ${JSON.stringify(root)})`);
 
   return { slots, root: resolve(root) };
-}
-
-function describe(value: unknown): string {
-  if (value === undefined) return 'undefined';
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    return String(value);
-  }
 }

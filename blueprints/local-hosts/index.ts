@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { defineBlueprint, ValidationError, type Blueprint, type BlueprintOptions, type FilesystemInterface } from '../../lib/index.js';
-import { commandInterface, KILL_GRACE_MS } from './command.js';
+import { KILL_GRACE_MS } from '../command-options.js';
+import { commandInterface } from './command.js';
 import { validateLocalHostsConfig, type LocalHostsConfig, type LocalHostsSettings } from './config.js';
 import { createDirectory, leaseDirectory, removeDirectory } from './lease-directory.js';
 import { removeRegistry, stopLeaseProcesses } from './process-registry.js';

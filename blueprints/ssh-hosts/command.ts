@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { posix } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { AbortError, LeaseNotActiveError, parseDuration, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { AbortError, LeaseNotActiveError, ValidationError, type CommandInterface, type CommandOptions, type CommandResult } from '../../lib/index.js';
+import { checkArgv, checkCommandOptions, KILL_GRACE_MS, verdict, type CommandOptionRules } from '../command-options.js';
 import { hostname } from 'node:os';
 import { CommandStartError } from '../local-hosts/command-error.js';
 import { isRunning, thisProcess } from '../local-hosts/process-identity.js';
@@ -11,12 +12,6 @@ import { ORPHANS, STOP, WRAPPER } from './remote-scripts.js';
 import { redact, remoteShellCommand, sshArgv, type SshTarget } from './ssh-args.js';
 import { SshError } from './ssh-error.js';
 import { runScript, spawnSsh } from './ssh-process.js';
-
-/** After a timeout, an abort or the end of the lease, how long the remote process group has to exit on SIGTERM before it gets SIGKILL. */
-export const KILL_GRACE_MS = 2_000;
-
-/** How long a command on a lease that looks torn down waits for the lease signal to say why (as in `localHosts`). */
-const VERDICT_WAIT_MS = 2_000;
 
 /** How long a stop waits for a command that is still connecting to reach the host, so as to stop it there too. */
 const MARKER_WAIT_MS = 2_000;
@@ -61,7 +56,7 @@ export async function runCommand(argv: readonly string[], options: CommandOption
   const leaseSignal = lease.signal();
   if (leaseSignal.aborted) throw leaseSignal.reason;
   checkArgv(argv);
-  const o = checkOptions(options);
+  const o = checkCommandOptions(options, REMOTE_RULES);
   const cwd = o.cwd === undefined ? lease.directory : posix.isAbsolute(o.cwd) ? o.cwd : posix.join(lease.directory, o.cwd);
   if (o.signal?.aborted) throw new AbortError(`command ${JSON.stringify(argv[0])} was aborted before it started`, { cause: o.signal.reason });
 
@@ -246,63 +241,9 @@ function supervise(child: ReturnType<typeof spawnSsh>, o: CommandOptions & { tim
   });
 }
 
-/** The lease signal's reason once it says the lease is not active, waiting a little for a verdict on its way; null if it does not say so. */
-async function verdict(signal: AbortSignal): Promise<unknown> {
-  if (!signal.aborted) {
-    await new Promise<void>((done) => {
-      const finish = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', finish);
-        done();
-      };
-      const timer = setTimeout(finish, VERDICT_WAIT_MS);
-      signal.addEventListener('abort', finish, { once: true });
-    });
-  }
-  return signal.aborted ? signal.reason : null;
-}
-
-function checkArgv(argv: unknown): asserts argv is readonly string[] {
-  if (!Array.isArray(argv) || argv.length === 0) throw new ValidationError('argv', 'must be a non-empty array of strings, like ["git", "status"]');
-  argv.forEach((arg, i) => {
-    if (typeof arg !== 'string') throw new ValidationError(`argv[${i}]`, `must be a string (got ${typeof arg})`);
-    if (arg.includes('\0')) throw new ValidationError(`argv[${i}]`, 'must not contain a NUL byte');
-  });
-  if (argv[0] === '') throw new ValidationError('argv[0]', 'must name the program to run');
-}
-
-const OPTION_KEYS = ['cwd', 'env', 'timeout', 'signal', 'shell', 'onStdout', 'onStderr', 'stdin'];
-const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 // The remote shell sets the variables: a name it cannot take would be refused there, or taken as something else.
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
-function checkOptions(options: unknown): CommandOptions & { timeoutMs?: number } {
-  if (options === undefined) return {};
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) throw new ValidationError('options', 'must be an object');
-  for (const key of Object.keys(options)) {
-    if (!OPTION_KEYS.includes(key)) throw new ValidationError(`options.${key}`, `is not a command option (known: ${OPTION_KEYS.join(', ')})`);
-  }
-  const o = options as CommandOptions;
-  if (o.cwd !== undefined && (typeof o.cwd !== 'string' || o.cwd === '' || /[\u0000\n\r]/.test(o.cwd))) throw new ValidationError('options.cwd', 'must be a non-empty string without NUL or newlines');
-  if (o.env !== undefined) {
-    if (o.env === null || typeof o.env !== 'object' || Array.isArray(o.env)) throw new ValidationError('options.env', 'must be an object of strings by variable name, like { CI: "1" }');
-    for (const [key, value] of Object.entries(o.env)) {
-      if (!ENV_NAME.test(key)) throw new ValidationError(`options.env.${JSON.stringify(key)}`, 'is not a variable name a remote shell can set: letters, digits and "_", not starting with a digit');
-      if (value !== undefined && typeof value !== 'string') throw new ValidationError(`options.env.${key}`, `must be a string, or undefined to unset it (got ${typeof value})`);
-      if (value?.includes('\0')) throw new ValidationError(`options.env.${key}`, 'must not contain a NUL character');
-    }
-  }
-  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new ValidationError('options.signal', 'must be an AbortSignal');
-  if (o.shell !== undefined && typeof o.shell !== 'boolean') throw new ValidationError('options.shell', 'must be a boolean');
-  if (o.onStdout !== undefined && typeof o.onStdout !== 'function') throw new ValidationError('options.onStdout', 'must be a function');
-  if (o.onStderr !== undefined && typeof o.onStderr !== 'function') throw new ValidationError('options.onStderr', 'must be a function');
-  if (o.stdin !== undefined && typeof o.stdin !== 'string') throw new ValidationError('options.stdin', 'must be a string');
-  let timeoutMs: number | undefined;
-  if (o.timeout !== undefined) {
-    const duration = parseDuration(o.timeout, 'options.timeout');
-    timeoutMs = duration.toMillis();
-    if (timeoutMs <= 0) throw new ValidationError('options.timeout', `must be a positive duration (got ${duration.toISO()})`);
-    if (timeoutMs > MAX_TIMEOUT_MS) throw new ValidationError('options.timeout', `must be at most ${MAX_TIMEOUT_MS} ms (got ${duration.toISO()})`);
-  }
-  return { ...o, timeoutMs };
-}
+const REMOTE_RULES: CommandOptionRules = {
+  envName: (key) => (ENV_NAME.test(key) ? null : new ValidationError(`options.env.${JSON.stringify(key)}`, 'is not a variable name a remote shell can set: letters, digits and "_", not starting with a digit')),
+  singleLineCwd: true,
+};

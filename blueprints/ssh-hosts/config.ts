@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import { posix } from 'node:path';
 import { parseDuration, ValidationError, type DurationInput } from '../../lib/index.js';
+import { describe } from '../describe-value.js';
 
 /** One machine of an `sshHosts` pool. */
 export interface SshHostConfig {
@@ -158,13 +159,4 @@ function remoteDirectory(value: unknown, at: string): string {
   const normalized = posix.normalize(value).replace(/\/+$/, '');
   if (normalized === '') throw new ValidationError(at, 'must not be "/": lease directories under it are removed recursively');
   return normalized;
-}
-
-function describe(value: unknown): string {
-  if (value === undefined) return 'undefined';
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    return String(value);
-  }
 }

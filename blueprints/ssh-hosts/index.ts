@@ -1,6 +1,7 @@
 import { posix } from 'node:path';
 import { defineBlueprint, ValidationError, type Blueprint, type BlueprintOptions, type FilesystemInterface } from '../../lib/index.js';
-import { commandInterface, KILL_GRACE_MS } from './command.js';
+import { KILL_GRACE_MS } from '../command-options.js';
+import { commandInterface } from './command.js';
 import { hostKey, validateSshHostsConfig, type SshHostsConfig, type SshHostsSettings } from './config.js';
 import { closeMaster, controlPathOf, ensureMaster } from './master.js';
 import { CREATE_LEASE, DESTROY_LEASE } from './remote-scripts.js';
