@@ -1,6 +1,9 @@
 import { defineBlueprint, LOG_TYPES, renderLog, RetryLater, type LogDataByType, type LogEntry, type LogType } from '../lib/index.js';
 import { localHosts } from '../blueprints/index.js';
 import { fakeBlueprint, type TestBroker } from '../lib/testing/index.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { guardBrokers, testBroker } from './helpers/broker.js';
 
 guardBrokers();
@@ -235,7 +238,9 @@ async function messages(broker: TestBroker, type: string, filter: Parameters<Tes
 // Issue 10, "Log wording": what first users read in their logs, said once and truly.
 describe('log wording', () => {
   test('a localHosts lease beyond the slots waits on the full slots, not on "maxResources (1)" alone', async () => {
-    const broker = await testBroker({ blueprints: [localHosts({ name: 'local', config: { slots: 2 } })] });
+    // A root of its own: the test broker numbers its leases (lease_0001, ...), and so does another test file running beside this one.
+    const root = mkdtempSync(join(tmpdir(), 'slipway-logs-test-'));
+    const broker = await testBroker({ blueprints: [localHosts({ name: 'local', config: { slots: 2, root } })] });
     const holders = [broker.acquire({ type: 'host' }), broker.acquire({ type: 'host' })];
     await broker.runUntilIdle();
     const leases = await Promise.all(holders);
@@ -249,6 +254,7 @@ describe('log wording', () => {
     await broker.runUntilIdle();
     await Promise.all(releasing);
     await broker.close();
+    rmSync(root, { recursive: true, force: true });
   });
 
   test('a release says who and why once: "Lease released by holder.", "Lease released by ci (job cancelled).", "Lease released."', async () => {

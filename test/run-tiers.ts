@@ -19,7 +19,7 @@
  * `tests: N passed, N failed, N skipped`. The exit code is non-zero if any tier failed or
  * the postgres tier was asked for and no server could be had.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,6 +36,7 @@ const explicit = process.env.SLIPWAY_TEST_TIERS !== undefined;
 const serial = Boolean(process.env.SLIPWAY_TEST_SERIAL) && process.env.SLIPWAY_TEST_SERIAL !== '0';
 const jest = fileURLToPath(new URL('../node_modules/jest/bin/jest.js', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'slipway-test-tiers-'));
+const EMBEDDED_WORKERS = Number(process.env.SLIPWAY_TEST_EMBEDDED_WORKERS ?? 2);
 
 /** jest's own counts for a tier, from the JSON report it wrote beside its usual output. */
 function countsOf(tier: Tier): Counts | undefined {
@@ -53,7 +54,13 @@ function countsOf(tier: Tier): Counts | undefined {
  */
 function runJest(tier: Tier, env: NodeJS.ProcessEnv, held: boolean): { done: Promise<number>; output?: string } {
   const header = `\n== tier ${tier}: jest ${process.argv.slice(2).join(' ')}`.trimEnd();
-  const args = ['--experimental-vm-modules', jest, '--json', `--outputFile=${join(scratch, `${tier}.json`)}`, ...process.argv.slice(2)];
+  const given = process.argv.slice(2);
+  // The embedded tier waits on real clocks and child processes as much as it computes: two
+  // jest workers keep both cores busy beside the postgres tier. Arguments that choose
+  // the workers themselves win.
+  const chooses = given.some((a) => /^(-w|--maxWorkers|-i|--runInBand)(=|$)/.test(a));
+  const workers = tier === 'embedded' && !chooses ? [`--maxWorkers=${EMBEDDED_WORKERS}`] : [];
+  const args = ['--experimental-vm-modules', jest, '--json', `--outputFile=${join(scratch, `${tier}.json`)}`, ...workers, ...given];
   const output = held ? join(scratch, `${tier}.log`) : undefined;
   if (!held) console.log(header);
   const child = spawn(process.execPath, args, { stdio: held ? ['ignore', 'pipe', 'pipe'] : 'inherit', env: { ...process.env, ...env, SLIPWAY_TEST_TIER: tier } });
@@ -95,6 +102,16 @@ async function runPostgres(held: boolean): Promise<{ outcome: Promise<Outcome>; 
   });
   return { outcome: result, output: run.output };
 }
+
+// dist/ once, before the tiers: the CLI tests run the built bin, and a build of their own
+// in one tier would empty dist/ under the other's.
+console.log('== building dist/ (npm run build) for the tests that run the built bin');
+const build = spawnSync('npm', ['run', 'build', '--silent'], { stdio: 'inherit', cwd: fileURLToPath(new URL('..', import.meta.url)) });
+if (build.status !== 0) {
+  console.log('tests: 0 passed, 1 failed, 0 skipped');
+  process.exit(1);
+}
+process.env.SLIPWAY_TEST_DIST_BUILT = '1';
 
 const outcomes: Outcome[] = [];
 const both = asked.includes('embedded') && asked.includes('postgres');

@@ -14,8 +14,13 @@ import { freshSchema, tierUrl } from './tier.js';
 export const BIN = join(repoRoot, 'dist/lib/cli/main.js');
 export const CONFIG = join(repoRoot, 'test/fixtures/cli/slipway.config.js');
 
-/** Builds dist/ (the bin and the package the config fixture imports by name). */
+/**
+ * Builds dist/ (the bin and the package the config fixture imports by name). Under
+ * `npm test` the runner has built it once before the tiers start (SLIPWAY_TEST_DIST_BUILT):
+ * the two tiers run at once, and a build here would empty dist/ under the other tier's bin.
+ */
 export async function buildBin(): Promise<void> {
+  if (process.env.SLIPWAY_TEST_DIST_BUILT === '1') return;
   await promisify(execFile)('npm', ['run', 'build'], { cwd: repoRoot, timeout: 120_000 });
 }
 
