@@ -11,7 +11,7 @@ import { DateTime } from 'luxon';
 import { createBroker, LEASE_STATUSES, RESOURCE_STATUSES, type Broker } from '../lib/index.js';
 import { localHosts } from '../blueprints/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
-import { BIN, buildBin, cli, cliDatabase, cliJson, CONFIG, oneCleanLine, Running } from './helpers/cli.js';
+import { buildBin, cli, cliDatabase, cliJson, CONFIG, oneCleanLine, Running } from './helpers/cli.js';
 import { repoRoot } from './helpers/readme-samples.js';
 import { tier } from './helpers/tier.js';
 
@@ -270,8 +270,7 @@ describe(`slipway on the ${tier} tier`, () => {
   });
 
   test('lease on a terminal: a spinner with status and time waited, the log lines above it; Ctrl-C releases the lease, which is destroyed', async () => {
-    const command = [process.execPath, BIN, 'lease', '--type', 'slow-host', '--ttl', '5m', ...withConfig()].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
-    const pty = new Running('script', ['-qefc', command, '/dev/null'], { ...env, NO_COLOR: '' });
+    const pty = Running.onTerminal(['lease', '--type', 'slow-host', '--ttl', '5m', ...withConfig()], { ...env, NO_COLOR: '' });
     running.push(pty);
     await pty.waitFor(/holding it: Ctrl-C releases it/);
     pty.proc.stdin!.write('\x03');
@@ -289,8 +288,7 @@ describe(`slipway on the ${tier} tier`, () => {
 
   test('lease on a terminal, Ctrl-C while it waits: the pending lease is released and destroyed, exit 130; NO_COLOR keeps a terminal plain', async () => {
     // full-host: its blueprint never has room, so the lease is still waiting when Ctrl-C comes.
-    const command = [process.execPath, BIN, 'lease', '--type', 'full-host', '--ttl', '5m', ...withConfig()].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
-    const pty = new Running('script', ['-qefc', command, '/dev/null'], { ...env, NO_COLOR: '1' });
+    const pty = Running.onTerminal(['lease', '--type', 'full-host', '--ttl', '5m', ...withConfig()], { ...env, NO_COLOR: '1' });
     running.push(pty);
     await pty.waitFor(/Waiting for resources from full/);
     pty.proc.stdin!.write('\x03');

@@ -83,6 +83,17 @@ export class Running {
     return new Running(process.execPath, [BIN, ...args], env);
   }
 
+  /**
+   * Runs the bin on a pseudo-terminal through script(1). The command line starts with `exec`,
+   * so no shell stays between the terminal and the CLI: dash (/bin/sh, script's shell when
+   * SHELL is unset or /bin/sh) would otherwise wait on it and die of the terminal's SIGINT itself.
+   */
+  static onTerminal(args: string[], env?: NodeJS.ProcessEnv): Running {
+    const quote = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
+    const command = `exec ${[process.execPath, BIN, ...args].map(quote).join(' ')}`;
+    return new Running('script', ['-qefc', command, '/dev/null'], env);
+  }
+
   /** Waits until stdout + stderr match, or fails with both after `ms`. */
   async waitFor(pattern: RegExp, ms = 30_000): Promise<void> {
     const deadline = Date.now() + ms;
