@@ -11,7 +11,7 @@ export type { Logger } from './engine/runtime.js';
 export * from './errors/index.js';
 export { LOG_TYPES, renderLog } from './logs/log-types.js';
 export type { LogEntry, LogType, LogDataByType } from './logs/log-types.js';
-export type { Lease, LeaseHandle, LeaseRecord, ResourceRecord, ResourceInfo } from './model/lease.js';
+export type { Lease, LeaseHandle, LeaseRecord, ResourceRecord, ResourceInfo, Renewal, ExtendOptions } from './model/lease.js';
 export type { LeaseOf, LeaseAttributesOf, ResourceAttributesOf, TypedLeaseSpec } from './blueprint/typed-leases.js';
 export type { LeaseSpec, JsonObject, JsonValue } from './model/spec.js';
 export {

@@ -20,6 +20,7 @@ const samples: { [T in LogType]: LogDataByType[T] } = {
   'lease.reclaim': { resource: 'res-1', blueprint: 'hosts' },
   'lease.released': { reason: 'done', author: 'me' },
   'lease.expired': { at: '2030-01-01T00:00:00.000Z' },
+  'lease.extended': { from: '2030-01-01T00:00:00.000Z', to: '2030-01-01T01:00:00.000Z', author: 'keepalive' },
   'lease.timeout': { timeout: '5 minutes' },
   'lease.broken': { reason: 'resource broke' },
   'lease.requeued': { resource: 'res-1', reason: 'it is broken' },

@@ -13,7 +13,7 @@ export async function writeCommand(ctx: BrokerContext, kind: 'lease' | 'resource
   const { store } = ctx;
   // Written again after a lost outcome: if both landed, the second is consumed with
   // "no effect"; a command is never lost.
-  const status = await writeAgainIfUnknown(() => store.single((u) => store.writeCommand(u, kind, id, command, data, author)));
+  const { status } = await writeAgainIfUnknown(() => store.single((u) => store.writeCommand(u, kind, id, command, data, author)));
   if (status === null) throw new NotFoundError(kind, id);
 }
 

@@ -19,6 +19,8 @@ export interface BrokerContext {
   leaseWatchers: EventEmitter;
   /** Hints from other brokers on the same schema (LISTEN/NOTIFY), by lease id or '*': re-read. */
   leaseHints: EventEmitter;
+  /** The keepalives of leases held in this process, by lease id: each entry stops its own. */
+  keepAlives: Map<string, () => void>;
   /** Emits `closed` once the workers have stopped: every wait still open rejects with BrokerClosedError. */
   closedEvents: EventEmitter;
 }

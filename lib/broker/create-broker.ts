@@ -19,6 +19,7 @@ import { adoptEmbeddedDatabase, computeStats, startGcTimer } from './maintenance
 import { checkBrokerOptions, type BrokerOptions } from './options.js';
 import { readCalls, toLogEntry } from './queries.js';
 import { acquire, liveCall, recordLease, requestLease } from './requests.js';
+import { extendLease } from './renewal.js';
 import type { Broker } from './types.js';
 import { SETTLED } from './waiter.js';
 import { listenForHints } from './hints.js';
@@ -46,12 +47,13 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   // After each commit: this process's events and waits, its workers, and the other brokers of the schema.
   const afterCommit = (unit: Unit) => {
     for (const e of unit.events) {
-      events.emit(e.kind, { id: e.id, from: e.from as any, to: e.to as any });
+      // The same status on both sides: an extend moved the expiry. Waits and signals hear of it; it is no transition.
+      if (e.from !== e.to) events.emit(e.kind, { id: e.id, from: e.from as any, to: e.to as any });
       if (e.kind === 'lease') ctx.leaseWatchers.emit(e.id, e);
     }
     for (const l of unit.logs) events.emit('log', toLogEntry(settings.blueprints, l));
     if (unit.woke) ctx.engine?.poke();
-    const leases = unit.events.filter((e) => e.kind === 'lease' && SETTLED.has(e.to)).map((e) => e.id);
+    const leases = unit.events.filter((e) => e.kind === 'lease' && (SETTLED.has(e.to) || e.from === e.to)).map((e) => e.id);
     if (listener && (unit.woke || leases.length > 0)) listener.send({ from: workerId, work: unit.woke, leases });
   };
   const store = new Store(db, clock, afterCommit, Store.idSourceOf(options));
@@ -78,6 +80,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     abort,
     leaseWatchers: unboundedEmitter(),
     leaseHints: unboundedEmitter(),
+    keepAlives: new Map(),
     closedEvents: unboundedEmitter(),
   };
   listener = await listenForHints(ctx, workerId, logger);
@@ -92,6 +95,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     acquire: ((spec: LeaseSpec) => live(() => acquire(ctx, spec))) as Broker['acquire'],
     requestLease: ((spec: LeaseSpec) => live(() => requestLease(ctx, spec))) as Broker['requestLease'],
     release: (id, o) => live(() => commands.release(id, o)),
+    extendLease: (id, renewal, o) => live(() => extendLease(ctx, id, renewal, o)),
     releaseResource: (id, o) => live(() => commands.releaseResource(id, o)),
     reclaimResource: (id, o) => live(() => commands.reclaimResource(id, o)),
     breakResource: (id, reason, o) => live(() => commands.breakResource(id, reason, o)),
@@ -115,6 +119,8 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       // Every close() shares the first one's promise: none resolves before the database is closed.
       closing ??= (async () => {
         ctx.closed = true;
+        // The holders of this process are going: their leases expire a ttl after the last renewal.
+        for (const stop of [...ctx.keepAlives.values()]) stop();
         await stopGc();
         // Passes in flight and requests running their hooks inline (acquire) get the grace period.
         if (ctx.engine) await ctx.engine.stop(grace);

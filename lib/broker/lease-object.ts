@@ -5,6 +5,7 @@ import { leaseSignal } from './lease-signal.js';
 import type { Lease } from '../model/lease.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
 import type { BrokerContext } from './context.js';
+import { extendLease } from './renewal.js';
 import { releaseAndWait } from './waiter.js';
 
 /** The object `acquire()` and `whenActive()` hand over, and a child lease's owner gets: the lease, its interfaces, its signal, its release. */
@@ -21,7 +22,9 @@ export async function leaseObject(ctx: BrokerContext, row: LeaseRow, known?: Res
     status: row.status,
     attributes: row.attributes,
     owner: row.owner,
-    expiresAt: row.expiresAt,
+    get expiresAt() {
+      return expiresAt;
+    },
     resource: { id: resource.id, type: resource.type, blueprint: resource.blueprint, attributes: resource.attributes },
     get signal() {
       return signal.get();
@@ -43,6 +46,12 @@ export async function leaseObject(ctx: BrokerContext, row: LeaseRow, known?: Res
         },
       });
     },
+    async extend(renewal, options) {
+      const until = await extendLease(ctx, row.id, renewal, options);
+      // Not waited for, the renewal may still be refused: the object keeps what it knows.
+      if (options?.wait !== false) expiresAt = until;
+      return until;
+    },
     async release(opts) {
       await releaseAndWait(ctx, row.id, opts);
       if (opts?.wait !== false) {
@@ -59,5 +68,6 @@ export async function leaseObject(ctx: BrokerContext, row: LeaseRow, known?: Res
     },
   };
   let gone = false;
+  let expiresAt = row.expiresAt;
   return lease;
 }

@@ -29,7 +29,10 @@ export interface LeaseSignal {
 
 interface Watch {
   controller: AbortController;
+  /** The expiry as last known: an extend (by any broker) moves it. */
   expiresAt: DateTime | null;
+  /** Cancels the expiry timer. */
+  cancelExpiry: () => void;
   cleanups: Array<() => void>;
 }
 
@@ -41,7 +44,8 @@ const watchesOf = new WeakMap<StoreBackend, LeaseWatches>();
  * first called; from then until the lease leaves `active` (or the broker closes), the
  * signal aborts, with a `LeaseNotActiveError`, on the first of:
  *
- * - `expiresAt` passing on the broker's clock, whether or not a worker has processed it;
+ * - `expiresAt` passing on the broker's clock, whether or not a worker has processed it
+ *   (the lease is read once then: an extend by any broker may have moved the expiry);
  * - a status change of this process (released, broken, destroyed), with no read;
  * - a hint from another broker on the schema, or the periodic re-read, finding it so.
  */
@@ -102,19 +106,18 @@ class LeaseWatches {
     if (known) return known.controller.signal;
     const { clock, changes, hints, closed } = this.sources;
     const controller = new AbortController();
-    if (lease.expiresAt && lease.expiresAt <= clock.now()) {
-      controller.abort(new LeaseNotActiveError(lease.id, 'expired'));
-      return controller.signal;
-    }
     // A closed broker learns nothing more: a signal first read then is never aborted.
     if (closed.aborted) return controller.signal;
 
-    const watch: Watch = { controller, expiresAt: lease.expiresAt, cleanups: [] };
+    const watch: Watch = { controller, expiresAt: null, cancelExpiry: () => undefined, cleanups: [] };
     this.watches.set(lease.id, watch);
-    if (lease.expiresAt) watch.cleanups.push(clock.schedule(lease.expiresAt, () => this.end(lease.id, 'expired')));
+    // An expiry that has passed already is read first (a renewal may have moved it), then ends the watch.
+    this.expireAt(lease.id, watch, lease.expiresAt);
     const onChange = (e: StatusEvent) => {
-      const why = endingOf(e.to, (e.row as LeaseStatusRow | undefined) ?? null, lease.expiresAt, clock.now());
+      const row = (e.row as LeaseStatusRow | undefined) ?? null;
+      const why = endingOf(e.to, row, watch.expiresAt, clock.now());
       if (why) this.end(lease.id, why);
+      else if (row) this.expireAt(lease.id, watch, row.expiresAt);
     };
     changes.on(lease.id, onChange);
     const onHint = () => this.reread(lease.id);
@@ -136,6 +139,29 @@ class LeaseWatches {
     return { leases: this.watches.size, polling: this.poll !== undefined };
   }
 
+  /** (Re)schedules the expiry of a watch, when it moved. */
+  private expireAt(id: string, watch: Watch, expiresAt: DateTime | null) {
+    if (watch.expiresAt === expiresAt || (watch.expiresAt && expiresAt && watch.expiresAt.equals(expiresAt))) return;
+    watch.cancelExpiry();
+    watch.expiresAt = expiresAt;
+    watch.cancelExpiry = expiresAt ? this.sources.clock.schedule(expiresAt, () => void this.expiryDue(id)) : () => undefined;
+  }
+
+  /**
+   * The known expiry passed: the lease is read once, since an extend in another broker may
+   * have moved it. Moved into the future, the timer is set again; otherwise, or when the
+   * read fails, the lease has expired (the holder must stop at its expiry, not later).
+   */
+  private async expiryDue(id: string) {
+    const watch = this.watches.get(id);
+    if (!watch) return;
+    const row = await this.sources.store.leaseStatuses([id]).then((rows) => rows[0] ?? null, () => null);
+    if (this.watches.get(id) !== watch) return;
+    const now = this.sources.clock.now();
+    if (row && !endingOf(row.status, row, row.expiresAt, now) && row.expiresAt && row.expiresAt > now) return this.expireAt(id, watch, row.expiresAt);
+    this.end(id, row ? (endingOf(row.status, row, watch.expiresAt, now) ?? 'expired') : 'expired');
+  }
+
   private end(id: string, why: LeaseEnding) {
     const watch = this.unwatch(id);
     // Listeners of the signal run after the watch is gone: one that reads it again sees the end.
@@ -146,6 +172,7 @@ class LeaseWatches {
     const watch = this.watches.get(id);
     if (!watch) return undefined;
     this.watches.delete(id);
+    watch.cancelExpiry();
     for (const cleanup of watch.cleanups) cleanup();
     if (this.watches.size === 0) this.stopPolling();
     return watch;
@@ -192,6 +219,7 @@ class LeaseWatches {
           // No row: collected as history long after it was destroyed.
           const why = row ? endingOf(row.status, row, watch.expiresAt, now) : whyEnded(null, watch.expiresAt, now);
           if (why) this.end(id, why);
+          else if (row) this.expireAt(id, watch, row.expiresAt);
         }
       }
     } catch {

@@ -18,6 +18,7 @@ import { humanDuration, parseDuration, type DurationInput } from '../time.js';
 import { writeCommand } from './commands.js';
 import type { BrokerContext } from './context.js';
 import { leaseObject } from './lease-object.js';
+import { extendLease, keepAlive } from './renewal.js';
 import { releaseAndWait, SETTLED, watchLease } from './waiter.js';
 
 /**
@@ -112,12 +113,24 @@ async function request(ctx: BrokerContext, spec: LeaseSpec, atOnce = false) {
   const row = await recordLease(ctx, normalized, {}, atOnce && !normalized.timeout && !normalized.signal);
   crashPoint('acquire.recorded');
   const activeOptions = (opts: { timeout?: DurationInput; signal?: AbortSignal }) => ({ timeout: opts.timeout ?? normalized.timeout ?? undefined, signal: opts.signal ?? normalized.signal });
-  return { id: row.id, activeOptions };
+  // From the request on: a lease that waits for capacity longer than its ttl is renewed too.
+  const stopKeepAlive = normalized.keepAlive ? keepAlive(ctx, row.id, normalized.ttl!, normalized.keepAlive) : () => undefined;
+  return { id: row.id, activeOptions, stopKeepAlive };
+}
+
+/** `whenActive`, and the keepalive stopped when the lease will never be active. */
+async function activeOrStop(ctx: BrokerContext, id: string, stopKeepAlive: () => void, opts: Parameters<typeof whenActive>[2]): Promise<Lease> {
+  try {
+    return await whenActive(ctx, id, opts);
+  } catch (error) {
+    if (!(error instanceof BrokerClosedError)) stopKeepAlive();
+    throw error;
+  }
 }
 
 export async function requestLease(ctx: BrokerContext, spec: LeaseSpec): Promise<LeaseHandle> {
   const live = liveCall(ctx);
-  const { id, activeOptions } = await request(ctx, spec);
+  const { id, activeOptions, stopKeepAlive } = await request(ctx, spec);
   let gone = false;
   const release = async (opts?: { wait?: boolean }) => {
     await releaseAndWait(ctx, id, opts);
@@ -125,8 +138,9 @@ export async function requestLease(ctx: BrokerContext, spec: LeaseSpec): Promise
   };
   return {
     id,
-    whenActive: (options) => live(() => whenActive(ctx, id, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal }))),
+    whenActive: (options) => live(() => activeOrStop(ctx, id, stopKeepAlive, activeOptions(checkOptions(options, ['timeout', 'signal'], { call: 'whenActive' }) as { timeout?: DurationInput; signal?: AbortSignal }))),
     status: () => live(async () => (await ctx.store.lease(id))!.status),
+    extend: (renewal, options) => live(() => extendLease(ctx, id, renewal, options)),
     release: (opts) => live(() => release(opts)),
     // Seen destroyed already: nothing to release, also after close.
     [Symbol.asyncDispose]: () => (gone ? Promise.resolve() : live(() => release())),
@@ -135,8 +149,8 @@ export async function requestLease(ctx: BrokerContext, spec: LeaseSpec): Promise
 
 /** `acquire()`: one implementation for both overloads; the typed one only narrows what the caller sees. */
 export async function acquire(ctx: BrokerContext, spec: LeaseSpec): Promise<Lease> {
-  const { id, activeOptions } = await request(ctx, spec, true);
+  const { id, activeOptions, stopKeepAlive } = await request(ctx, spec, true);
   // Nothing can have moved the lease since its insert returned: no statement completes
   // between here and the watch starting, so the watch skips its first read.
-  return whenActive(ctx, id, { ...activeOptions({}), justRequested: true });
+  return activeOrStop(ctx, id, stopKeepAlive, { ...activeOptions({}), justRequested: true });
 }

@@ -2,12 +2,13 @@ import type { Blueprint } from '../blueprint/contract.js';
 import type { BrokerEvents } from './events.js';
 import type { Clock } from '../clock.js';
 import type { LogEntry } from '../logs/log-types.js';
-import type { Lease, LeaseHandle, LeaseRecord, ResourceRecord } from '../model/lease.js';
+import type { ExtendOptions, Lease, LeaseHandle, LeaseRecord, Renewal, ResourceRecord } from '../model/lease.js';
 import type { LeaseAttributesOf, LeaseOf, NoAttributes, ResourceAttributesOf, TypedLeaseSpec } from '../blueprint/typed-leases.js';
 import type { JsonObject, LeaseSpec } from '../model/spec.js';
 import type { LeaseStatus, ResourceStatus } from '../model/states.js';
 import type { GcResult } from '../store/gc.js';
 import type { DurationInput } from '../time.js';
+import type { DateTime } from 'luxon';
 
 /** The public face of a broker: what `createBroker` returns, and the shapes of its reads. */
 
@@ -73,6 +74,11 @@ export interface Broker extends AsyncDisposable {
   requestLease<A extends JsonObject = JsonObject>(spec: LeaseSpec<A>): Promise<LeaseHandle<A & JsonObject>>;
   /** Writes a release command for a lease. */
   release(leaseId: string, options?: { reason?: string; author?: string }): Promise<void>;
+  /**
+   * Renews a lease by id (`{ ttl }` from now, or `{ until }`), as `lease.extend()` does:
+   * resolves with the new expiry once the lease's worker has applied it.
+   */
+  extendLease(leaseId: string, renewal: Renewal, options?: ExtendOptions): Promise<DateTime>;
   /** Writes a release command for a resource; its leases are released first. */
   releaseResource(resourceId: string, options?: { reason?: string; author?: string }): Promise<void>;
   /** Writes a reclaim command: an idle active resource is released, a leased one is left alone. */

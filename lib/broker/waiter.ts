@@ -25,11 +25,15 @@ export interface WatchOptions<R> {
   fromEvent?: (e: StatusEvent) => R | null;
 }
 
-/** Waits, on events and a slow re-read (other processes), until `decide` says the lease reached an end. */
-export function watchLease<T, R extends LeaseRow = LeaseRow>(ctx: BrokerContext, id: string, decide: (row: R) => { value: T } | { error: Error } | null, opts: WatchOptions<R> = {}): Promise<T> {
+/**
+ * Waits, on events and a slow re-read (other processes), until `decide` says the lease
+ * reached an end. What is read is the lease row by default, or what `read` gives (the
+ * outcome of a command to the lease).
+ */
+export function watchLease<T, R = LeaseRow>(ctx: BrokerContext, id: string, decide: (row: R) => { value: T } | { error: Error } | null, opts: WatchOptions<R> = {}): Promise<T> {
   const { store, leaseWatchers, leaseHints, closedEvents } = ctx;
   const { clock, sweepInterval } = ctx.settings;
-  const read = opts.read ?? ((leaseId: string) => store.lease(leaseId) as Promise<R | null>);
+  const read = opts.read ?? ((leaseId: string) => store.lease(leaseId) as Promise<unknown> as Promise<R | null>);
   return new Promise<T>((resolve, reject) => {
     let finished = false;
     let checking = false;
@@ -95,6 +99,8 @@ export function watchLease<T, R extends LeaseRow = LeaseRow>(ctx: BrokerContext,
 
 export async function releaseAndWait(ctx: BrokerContext, id: string, opts?: { wait?: boolean }): Promise<void> {
   const wait = optionalBoolean(checkOptions(opts, ['wait'], { call: 'release' }).wait, 'wait');
+  // The holder lets go: its keepalive stops renewing.
+  ctx.keepAlives.get(id)?.();
   // Rendered "Lease released by holder.": the author says who, and there is no more to say why.
   await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');
   if (wait === false) return;

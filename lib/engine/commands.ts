@@ -1,5 +1,6 @@
+import { DateTime } from 'luxon';
 import { LEASE_STATE_FLAGS, RESOURCE_STATE_FLAGS, type ObjectKind } from '../model/states.js';
-import type { AlsoWrite, CommandRow, ResourceRow, Unit } from '../store/store.js';
+import type { AlsoWrite, CommandRow, LeaseRow, ResourceRow, Unit } from '../store/store.js';
 import { crashPoint } from './crash-points.js';
 import type { LeaseMoved, Runtime } from './runtime.js';
 
@@ -51,6 +52,7 @@ async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promi
     await store.unit((u) => reject(rt, u, command, 'a lease cannot be reclaimed', { lease: lease.id }));
     return null;
   }
+  if (command.command === 'extend') return extend(rt, lease, command);
   if (!LEASE_STATE_FLAGS[lease.status].releasable) {
     await store.single((u) => store.consume(u, command.id, `no effect: lease is already ${lease.status}`));
     return null;
@@ -81,6 +83,31 @@ async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promi
   // the others need no second statement, so no transaction.
   const row = lease.status === 'pending' ? await store.unit(apply) : await store.single(apply);
   return { lease: row, intent: release ? 'destroy' : undefined };
+}
+
+/**
+ * Moves a live lease's expiry to the command's `until`. Refused when the lease is on its
+ * way out, when its expiry has passed already (its holder's signal has aborted: the lease
+ * is over even if this worker has not released it yet), or when `until` has passed by now.
+ */
+async function extend(rt: Runtime, lease: LeaseRow, command: CommandRow): Promise<LeaseMoved | null> {
+  const { store } = rt;
+  const until = typeof command.data.until === 'string' ? DateTime.fromISO(command.data.until, { setZone: true }) : null;
+  const now = rt.clock.now();
+  let refusal: string | null = null;
+  if (!LEASE_STATE_FLAGS[lease.status].live) refusal = `no effect: lease is already ${lease.status}`;
+  else if (lease.expiresAt && lease.expiresAt <= now) refusal = `rejected: lease expired at ${lease.expiresAt.toUTC().toISO()}`;
+  else if (!until?.isValid) refusal = 'rejected: no valid until';
+  else if (until <= now) refusal = `rejected: ${until.toUTC().toISO()} has passed`;
+  if (refusal) {
+    await store.single((u) => store.consume(u, command.id, refusal));
+    return null;
+  }
+  const row = await store.unit((u) =>
+    store.extendLease(u, lease, until!, command.id, { type: 'lease.extended', data: { from: lease.expiresAt?.toUTC().toISO() ?? null, to: until!.toUTC().toISO()!, author: command.author }, lease: lease.id }),
+  );
+  // Its status moved under it (not by this worker): the next pass reads it and the command again.
+  return row ? { lease: row } : null;
 }
 
 async function applyToResource(rt: Runtime, id: string, command: CommandRow): Promise<void> {

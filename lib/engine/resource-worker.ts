@@ -3,6 +3,7 @@ import type { Blueprint } from '../blueprint/contract.js';
 import { ChildLeaseCycleError } from '../errors/child-lease-cycle-error.js';
 import { LeaseBrokenError } from '../errors/lease-broken-error.js';
 import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
+import { ValidationError } from '../errors/validation-error.js';
 import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } from '../model/spec.js';
 import { type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
@@ -183,6 +184,8 @@ async function childLease(rt: Runtime, resource: ResourceRow, driver: LeaseRow |
   let child = await store.childLease(resource.id, key);
   if (!child) {
     const normalized = normalizeSpec({ owner: `resource:${resource.id}`, ...spec });
+    // Its holder is the resource, in no process in particular: nothing would renew it.
+    if (normalized.keepAlive) throw new ValidationError('spec.keepAlive', 'a child lease is held by its resource, not by a process: give it no keepAlive (a ttl, or none, and it lives as long as the resource holds it)');
     await refuseCycle(rt, resource, driver, normalized);
     child = await rt.createLease(normalized, { parentResourceId: resource.id, childKey: key });
   }

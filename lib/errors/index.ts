@@ -5,6 +5,8 @@ export { NoBlueprintError } from './no-blueprint-error.js';
 export { LeaseBrokenError } from './lease-broken-error.js';
 export { LeaseTimeoutError } from './lease-timeout-error.js';
 export { LeaseNotActiveError } from './lease-not-active-error.js';
+export { LeaseEndedError } from './lease-ended-error.js';
+export type { LeaseEnd } from './lease-ended-error.js';
 export type { LeaseEnding } from './lease-not-active-error.js';
 export { AbortError } from './abort-error.js';
 export { SlotLockConflictError } from './slot-lock-conflict-error.js';

@@ -11,6 +11,7 @@ export interface LogDataByType {
   'lease.reclaim': { resource: string; blueprint: string };
   'lease.released': { reason: string; author: string | null };
   'lease.expired': { at: string };
+  'lease.extended': { from: string | null; to: string; author: string | null };
   'lease.timeout': { timeout: string };
   'lease.broken': { reason: string };
   'lease.requeued': { resource: string; reason: string };
@@ -48,6 +49,7 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'lease.reclaim': (d) => `Reclaiming idle resource ${d.resource} of ${d.blueprint} to make room.`,
   'lease.released': (d) => `Lease released${releasedBy(d)}.`,
   'lease.expired': (d) => `Lease expired at ${d.at}.`,
+  'lease.extended': (d) => `Lease now expires at ${d.to}${d.author ? ` (extended by ${d.author})` : ''}.`,
   'lease.timeout': (d) => `Lease was not active within ${d.timeout}; released.`,
   'lease.broken': (d) => `Lease broke: ${d.reason}.`,
   'lease.requeued': (d) => `Resource ${d.resource} will not serve this lease (${d.reason}); allocating again.`,

@@ -45,6 +45,7 @@ export interface Lease<LeaseAttrs extends JsonObject = JsonObject, ResourceAttrs
   readonly status: LeaseStatus;
   readonly attributes: LeaseAttrs;
   readonly owner: string | null;
+  /** When the lease expires: as handed over, then as this object's `extend()` last set it. */
   readonly expiresAt: DateTime | null;
   readonly resource: ResourceInfo<ResourceAttrs>;
   /**
@@ -66,6 +67,14 @@ export interface Lease<LeaseAttrs extends JsonObject = JsonObject, ResourceAttrs
    * `release()` of this object has seen it destroyed, also after `broker.close()`.
    */
   release(options?: { wait?: boolean }): Promise<void>;
+  /**
+   * Renews the lease: `extend('30m')` (or `{ ttl: '30m' }`) makes it expire 30 minutes from
+   * now, `extend({ until })` at that time (later or earlier than before, but in the future).
+   * The lease's worker applies it; by default this resolves with the new expiry once it
+   * has, and `signal` then aborts at the new expiry instead of the old one. Rejects with
+   * LeaseEndedError once the lease is released, broken or expired.
+   */
+  extend(renewal: Renewal, options?: ExtendOptions): Promise<DateTime>;
 }
 
 /** A lease that may still be pending, as `broker.requestLease` returns it. */
@@ -74,4 +83,16 @@ export interface LeaseHandle<LeaseAttrs extends JsonObject = JsonObject, Resourc
   whenActive(options?: { timeout?: import('../time.js').DurationInput; signal?: AbortSignal }): Promise<Lease<LeaseAttrs, ResourceAttrs>>;
   status(): Promise<LeaseStatus>;
   release(options?: { wait?: boolean }): Promise<void>;
+  /** Renews the lease, pending or active, as `Lease.extend` does. */
+  extend(renewal: Renewal, options?: ExtendOptions): Promise<DateTime>;
+}
+
+/** A renewal: a new ttl counted from now (`'30m'`, `{ minutes: 30 }`, `{ ttl: '30m' }`), or a new expiry (`{ until }`). */
+export type Renewal = import('../time.js').DurationInput | { ttl: import('../time.js').DurationInput } | { until: import('../time.js').DateTimeInput };
+
+export interface ExtendOptions {
+  /** Who renews, for the log ("extended by ci"). */
+  author?: string;
+  /** false: resolve once the renewal is written, before the lease's worker applies it. @defaultValue true */
+  wait?: boolean;
 }

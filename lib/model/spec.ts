@@ -37,6 +37,13 @@ export interface LeaseSpec<LeaseAttrs extends JsonObject = JsonObject> {
   ttl?: DurationInput;
   /** The lease expires at this time. */
   until?: DateTimeInput;
+  /**
+   * Renews the ttl from this process while it lives (`true`: every third of the ttl): each
+   * renewal moves the expiry to a ttl from then. A holder that dies stops renewing, and
+   * the lease expires a ttl later instead of holding its resource until a far expiry.
+   * Needs `ttl`. The renewals stop when the lease is released or ends, or the broker closes.
+   */
+  keepAlive?: boolean | { every: DurationInput };
   /** `acquire()` rejects with LeaseTimeoutError, and the lease is released, if it is not active by then. */
   timeout?: DurationInput;
   /** Higher goes first among waiting leases. @defaultValue 0 */
@@ -54,12 +61,14 @@ export interface NormalizedSpec {
   owner: string | null;
   ttl: Duration | null;
   until: DateTime | null;
+  /** How often the holder's process renews the ttl; null: never. */
+  keepAlive: Duration | null;
   timeout: Duration | null;
   priority: number;
   signal: AbortSignal | undefined;
 }
 
-const SPEC_KEYS = new Set(['type', 'attributes', 'blueprints', 'owner', 'ttl', 'until', 'timeout', 'priority', 'signal']);
+const SPEC_KEYS = new Set(['type', 'attributes', 'blueprints', 'owner', 'ttl', 'until', 'keepAlive', 'timeout', 'priority', 'signal']);
 
 /** The longest `ttl` or `timeout` a spec may give: beyond it the expiry would overflow the date range, and no lease means it. */
 export const MAX_SPEC_DURATION = Duration.fromObject({ years: 100 });
@@ -104,10 +113,8 @@ export function normalizeSpec(spec: unknown, options: { now?: DateTime } = {}): 
   if (s.owner !== undefined) assertText(s.owner as string, 'spec.owner');
   if (s.ttl !== undefined && s.until !== undefined) throw new ValidationError('spec.until', 'give ttl or until, not both');
   const ttl = s.ttl === undefined ? null : boundedDuration(s.ttl, 'spec.ttl');
-  const until = s.until === undefined ? null : parseDateTime(s.until, 'spec.until');
-  // Postgres and luxon agree on four-digit years; later ones do not survive the round trip.
-  if (until && (until.year < 1 || until.year > 9999)) throw new ValidationError('spec.until', `must be between the years 1 and 9999 (got ${until.toISO()})`);
-  if (until && options.now && until <= options.now) throw new ValidationError('spec.until', `must be in the future (got ${until.toISO()}, the broker's clock says ${options.now.toUTC().toISO()})`);
+  const until = s.until === undefined ? null : expiryTime(s.until, 'spec.until', options.now);
+  const keepAlive = keepAliveInterval(s.keepAlive, ttl, s.until !== undefined);
   const timeout = s.timeout === undefined ? null : boundedDuration(s.timeout, 'spec.timeout');
   if (s.priority !== undefined && !(Number.isInteger(s.priority) && Math.abs(s.priority as number) <= 1_000_000)) {
     throw new ValidationError('spec.priority', 'must be an integer between -1000000 and 1000000');
@@ -123,6 +130,7 @@ export function normalizeSpec(spec: unknown, options: { now?: DateTime } = {}): 
     owner: (s.owner as string | undefined) ?? null,
     ttl,
     until,
+    keepAlive,
     timeout,
     priority: (s.priority as number | undefined) ?? 0,
     signal: s.signal as AbortSignal | undefined,
@@ -135,7 +143,35 @@ function isBlueprintObject(value: unknown): value is { name: unknown } {
 }
 
 /** A duration longer than zero and at most MAX_SPEC_DURATION. */
-function boundedDuration(value: unknown, field: string): Duration {
+/**
+ * An expiry as a caller gives it (`until`): a date-time Postgres stores as given, and with
+ * `now` (the broker's clock) one after it: a lease that expires before it is written is a
+ * mistake, not a request.
+ */
+export function expiryTime(value: unknown, field: string, now?: DateTime): DateTime {
+  const until = parseDateTime(value, field);
+  // Postgres and luxon agree on four-digit years; later ones do not survive the round trip.
+  if (until.year < 1 || until.year > 9999) throw new ValidationError(field, `must be between the years 1 and 9999 (got ${until.toISO()})`);
+  if (now && until <= now) throw new ValidationError(field, `must be in the future (got ${until.toISO()}, the broker's clock says ${now.toUTC().toISO()})`);
+  return until;
+}
+
+/** `spec.keepAlive`: how often the holder's process renews the lease's ttl, or null. By default a third of the ttl. */
+function keepAliveInterval(value: unknown, ttl: Duration | null, hasUntil: boolean): Duration | null {
+  if (value === undefined || value === false) return null;
+  const field = 'spec.keepAlive';
+  if (value !== true && !(isPlainObject(value) && Object.keys(value).every((k) => k === 'every'))) {
+    throw new ValidationError(field, `must be true or { every: duration } (got ${describeValue(value)})`);
+  }
+  if (!ttl) throw new ValidationError(field, hasUntil ? 'renews a ttl: give spec.ttl instead of spec.until' : 'renews a ttl: give spec.ttl too');
+  if (value === true || (value as { every?: unknown }).every === undefined) return Duration.fromMillis(Math.max(10, Math.floor(ttl.toMillis() / 3)));
+  const every = boundedDuration((value as { every: unknown }).every, 'spec.keepAlive.every');
+  if (every.toMillis() < 10) throw new ValidationError('spec.keepAlive.every', 'must be at least 10 milliseconds');
+  if (every >= ttl) throw new ValidationError('spec.keepAlive.every', `must be shorter than spec.ttl (${ttl.toISO()}), or the lease expires between two renewals`);
+  return every;
+}
+
+export function boundedDuration(value: unknown, field: string): Duration {
   const duration = parseDuration(value, field);
   if (duration.toMillis() === 0) throw new ValidationError(field, 'must be longer than zero');
   if (duration.toMillis() > MAX_SPEC_DURATION.toMillis()) throw new ValidationError(field, `must be at most ${MAX_SPEC_DURATION.toHuman()} (got ${duration.toISO()})`);

@@ -62,11 +62,12 @@ export interface CommandRow {
   id: number;
   targetKind: ObjectKind;
   targetId: string;
-  command: 'release' | 'reclaim' | 'break';
+  command: 'release' | 'reclaim' | 'break' | 'extend';
   data: JsonObject;
   author: string | null;
 }
 
+/** A status change; or, with `from` equal to `to`, a lease whose expiry moved (an extend). */
 export interface StatusEvent {
   kind: ObjectKind;
   id: string;
@@ -258,11 +259,19 @@ export interface StoreBackend {
    */
   insertLease(unit: Unit, lease: NewLease, claimedBy: { worker: string; until: DateTime } | null): Promise<LeaseRow | null>;
   /**
-   * One statement: a command to an object that is not destroyed, and a wake (or a new
-   * work item) for the object's worker. Returns the object's status, or null if there is
-   * no such object; on `destroyed` nothing is written.
+   * One statement: a command to an object in one of `statuses` (default: any but
+   * destroyed), and a wake (or a new work item) for the object's worker. Returns the
+   * object's status (null: no such object) and the command's id (null: not written).
    */
-  writeCommand(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject, author: string | null): Promise<string | null>;
+  writeCommand(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject, author: string | null, statuses?: readonly string[]): Promise<{ status: string | null; commandId: number | null }>;
+  /** Whether a command was consumed yet, and its outcome (`applied`, `no effect: ...`, `rejected: ...`). */
+  commandOutcome(commandId: number): Promise<{ consumedAt: DateTime | null; outcome: string | null } | null>;
+  /**
+   * The lease's worker moves its expiry to `until`, consuming the `extend` command, with a
+   * log entry; null if its status is no longer the one read. Announced to this process as
+   * an event whose `from` and `to` are the same status.
+   */
+  extendLease(unit: Unit, lease: LeaseRow, until: DateTime, commandId: number, log: LogInsert): Promise<LeaseRow | null>;
   /** Updates columns of an object whose status must still be `status` (the single writer's own bookkeeping). */
   update(unit: Unit, kind: ObjectKind, id: string, status: string, sets: Sets): Promise<boolean>;
   /** Writes one log row in the unit (announced after commit); its id. */

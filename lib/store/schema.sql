@@ -24,7 +24,7 @@ CREATE TABLE slipway.commands (
   created_at timestamp with time zone NOT NULL,
   consumed_at timestamp with time zone,
   outcome text,
-  CONSTRAINT commands_command_check CHECK ((command = ANY (ARRAY['release'::text, 'reclaim'::text, 'break'::text]))),
+  CONSTRAINT commands_command_check CHECK ((command = ANY (ARRAY['release'::text, 'reclaim'::text, 'break'::text, 'extend'::text]))),
   CONSTRAINT commands_pkey PRIMARY KEY (id),
   CONSTRAINT commands_target_kind_check CHECK ((target_kind = ANY (ARRAY['lease'::text, 'resource'::text])))
 );

@@ -447,22 +447,52 @@ export class Store implements StoreBackend {
    * work item) for the object's worker. Returns the object's status, or null if there is
    * no such object; on `destroyed` nothing is written.
    */
-  async writeCommand(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject, author: string | null): Promise<string | null> {
+  /**
+   * Writes a command and wakes its object's work item, if the object exists in one of
+   * `statuses` (default: anything but destroyed). Returns the status found (null: no such
+   * object) and the command's id (null: not written).
+   */
+  async writeCommand(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject, author: string | null, statuses?: readonly string[]): Promise<{ status: string | null; commandId: number | null }> {
     const p = new Params();
     const now = p.add(toDb(unit.now));
     const table = kind === 'lease' ? 'leases' : 'resources';
+    const when = statuses ? `t.status = ANY(${p.add([...statuses])}::text[])` : `t.status <> 'destroyed'`;
     const text = `
       WITH t AS (SELECT status FROM ${this.s}.${table} WHERE id = ${p.add(id)}),
       c AS (
         INSERT INTO ${this.s}.commands (target_kind, target_id, command, data, author, created_at)
         SELECT ${p.add(kind)}, ${p.add(id)}, ${p.add(command)}, ${p.add(JSON.stringify(data))}::jsonb, ${p.add(author)}, ${now}
-        FROM t WHERE t.status <> 'destroyed'
-        RETURNING target_kind, target_id
+        FROM t WHERE ${when}
+        RETURNING id, target_kind, target_id
       ), w AS (${this.sql.ensureWorkFrom('c', now)})
-      SELECT (SELECT status FROM t) AS status, (SELECT count(*) FROM c)::int AS written`;
+      SELECT (SELECT status FROM t) AS status, (SELECT id FROM c) AS command_id`;
     const [r] = await unit.sql.query(text, p.values);
-    if (r?.written > 0) unit.woke = true;
-    return r?.status ?? null;
+    const commandId = r?.command_id == null ? null : Number(r.command_id);
+    if (commandId !== null) unit.woke = true;
+    return { status: r?.status ?? null, commandId };
+  }
+
+  /** Whether a command was consumed yet, and with what outcome; null if there is no such command. */
+  async commandOutcome(commandId: number): Promise<{ consumedAt: DateTime | null; outcome: string | null } | null> {
+    const [r] = await this.db.query(this.sql.commandOutcome, [commandId]);
+    return r ? { consumedAt: fromDb(r.consumed_at), outcome: r.outcome ?? null } : null;
+  }
+
+  /**
+   * The lease's own worker moves its expiry (an `extend` command) in one transaction with
+   * the command's consumption and the log entry (coalesced per author). Null if the lease
+   * left `status` meanwhile.
+   * Watchers in this process get the row as an event whose status did not change.
+   */
+  async extendLease(unit: Unit, lease: LeaseRow, until: DateTime, commandId: number, log: LogInsert): Promise<LeaseRow | null> {
+    const [r] = await unit.sql.query(this.sql.extendLease, [lease.id, lease.status, toDb(until)]);
+    if (!r) return null;
+    await this.consume(unit, commandId, 'applied');
+    // A keepalive renews again and again: one row per author, its count the renewals.
+    await this.logCoalesced(unit, log, ['author']);
+    const row = { ...mapLease(r), hasCommands: lease.hasCommands };
+    unit.events.push({ kind: 'lease', id: lease.id, from: lease.status, to: lease.status, row });
+    return row;
   }
 
   /** Updates columns of an object whose status must still be `status` (the single writer's own bookkeeping). */

@@ -226,6 +226,9 @@ export function statements(schema: string) {
       VALUES ($1, $2, $3, $4::jsonb, $5, $6) RETURNING id`,
     unconsumedCommands: `
       SELECT * FROM ${S}.commands WHERE target_kind = $1 AND target_id = $2 AND consumed_at IS NULL ORDER BY id`,
+    commandOutcome: `SELECT consumed_at, outcome FROM ${S}.commands WHERE id = $1`,
+    // The single writer's renewal: the status must still be the one it read.
+    extendLease: `UPDATE ${S}.leases SET expires_at = $3 WHERE id = $1 AND status = $2 RETURNING *`,
     // consumed_at IS NULL makes consumption exactly-once even if two workers raced.
     consumeCommand: `UPDATE ${S}.commands SET consumed_at = $2, outcome = $3 WHERE id = $1 AND consumed_at IS NULL`,
 
