@@ -51,7 +51,7 @@ describe(`slipway on the ${tier} tier`, () => {
   });
 
   test('every command has --help with an example; --version is the package version', async () => {
-    const commands = ['migrate', 'worker', 'lease', 'release-lease', 'release-resource', 'reclaim', 'break', 'leases', 'resources', 'show', 'logs', 'stats', 'gc'];
+    const commands = ['migrate', 'worker', 'lease', 'release-lease', 'release-resource', 'reclaim', 'break', 'update-lease', 'leases', 'resources', 'show', 'logs', 'stats', 'gc'];
     const helps = await Promise.all(commands.map((command) => cli([command, '--help'])));
     helps.forEach((help, i) => expect([commands[i], help.code, help.stdout]).toEqual([commands[i], 0, expect.stringMatching(new RegExp(`Usage: slipway ${commands[i]}[\\s\\S]*Examples?:\\n  \\$ slipway ${commands[i]} `))]));
     // The status lists are written out in the help (it answers without loading the library): the library's own.
@@ -63,10 +63,10 @@ describe(`slipway on the ${tier} tier`, () => {
 
   test('migrate applies the migrations and prints the version; a second run has nothing to do', async () => {
     const first = await cliJson(['migrate', ...flags]);
-    expect(first).toEqual({ schema: expect.any(String), version: 4, applied: [1, 2, 3, 4] });
+    expect(first).toEqual({ schema: expect.any(String), version: 5, applied: [1, 2, 3, 4, 5] });
     const second = await cli(['migrate', ...flags]);
     expect(second).toMatchObject({ code: 0, stderr: '' });
-    expect(second.stdout).toMatch(/ is up to date: version 4 \(FailureStreaks\)\n$/);
+    expect(second.stdout).toMatch(/ is up to date: version 5 \(LeaseRenewal\)\n$/);
   });
 
   test('lease -- argv runs the command on the lease, streams its output, releases it and exits with its exit code', async () => {
@@ -83,6 +83,16 @@ describe(`slipway on the ${tier} tier`, () => {
     const [lease] = (await cliJson<any[]>(['leases', '--status', 'all', '--owner', 'ci-7', ...flags])).filter((l) => l.id === id);
     expect(lease).toMatchObject({ id, status: 'destroyed', owner: 'ci-7', type: 'host', attributes: { job: 'job-7', slot: expect.any(Number) } });
     expect(DateTime.fromISO(lease.createdAt).isValid).toBe(true);
+  });
+
+  test('lease --keep-alive renews a short ttl while the command runs past it', async () => {
+    const result = await cli(['lease', '--type', 'host', '--ttl', '1s', '--keep-alive', '--owner', 'ci-ka', ...withConfig(), '--', 'sh', '-c', 'sleep 3; echo done'], { env });
+    expect(result).toMatchObject({ code: 0, stdout: 'done\n' });
+    expect(result.stderr).not.toMatch(/expired/);
+    const id = /lease (lease_\w+) requested/.exec(result.stderr)![1];
+    const shown = await cliJson(['show', id!, ...flags]);
+    expect(shown.logs.map((l: { type: string }) => l.type)).toContain('lease.extended');
+    expect(shown.logs.find((l: { type: string }) => l.type === 'lease.extended').count).toBeGreaterThanOrEqual(5);
   });
 
   test('lease that times out releases the lease and exits 1 with the reason as its last line', async () => {
@@ -164,6 +174,12 @@ describe(`slipway on the ${tier} tier`, () => {
       expect(await cli(['break', ids.slowResource, '--reason', 'disk failed', ...flags])).toMatchObject({ code: 0, stdout: `break of resource ${ids.slowResource} requested: disk failed\n` });
       expect(await cliJson(['reclaim', ids.local, ...flags])).toEqual({ reclaim: ids.local });
       expect((await cliJson(['show', ids.a1, ...flags])).lease.status).toBe('active');
+      // No worker runs: the renewal is written, and applied when one does.
+      const renewal = await cli(['update-lease', ids.a2, '--ttl', '3h', '--wait', '300ms', ...flags]);
+      expect(renewal).toMatchObject({ code: 0, stderr: '' });
+      expect(renewal.stdout).toMatch(new RegExp(`^renewal of lease ${ids.a2} to \\S+ requested; no worker applied it within 300ms \\(is a \`slipway worker\` running\\?\\)\n$`));
+      ids.renewedTo = /to (\S+) requested/.exec(renewal.stdout)![1]!;
+      expect((await cliJson(['show', ids.a2, ...flags])).lease.expiresAt).not.toBe(ids.renewedTo);
     });
 
     test('worker carries them out, printing one line per transition; the first SIGTERM drains and exits 0', async () => {
@@ -181,6 +197,14 @@ describe(`slipway on the ${tier} tier`, () => {
         expect(locked.stderr).toMatch(new RegExp(`^slipway: .* is in use by process ${worker.proc.pid} on .*: an embedded data directory is open in one process at a time`));
         expect(oneCleanLine(locked.stderr)).toBe(true);
       }
+      if (tier === 'postgres') {
+        // With a worker running (another process on the database), the renewal is applied and reported so.
+        const until = DateTime.utc().plus({ hours: 5 }).startOf('second').toISO()!;
+        expect(await cliJson(['update-lease', ids.a2, '--until', until, ...flags])).toEqual({ lease: ids.a2, expiresAt: DateTime.fromISO(until).toUTC().toISO(), applied: true });
+        ids.renewedTo = until;
+        const text = await cli(['update-lease', ids.a2, '--until', until, ...flags]);
+        expect(text.stdout).toMatch(new RegExp(`^lease ${ids.a2} now expires at \\S+ \\(in 4 h\\)\n$`));
+      }
       if (follow) {
         // Lines written by the worker, another process: seen by the follower's poll.
         await follow.waitFor(/Lease released by slipway-cli\.[\s\S]*Lease destroyed\./, 15_000);
@@ -194,6 +218,8 @@ describe(`slipway on the ${tier} tier`, () => {
 
       const live = await cliJson<any[]>(['leases', ...flags]);
       expect(live.map((l) => l.id)).toEqual(expect.arrayContaining([ids.a2]));
+      // The worker applied the renewal written before it started.
+      expect(DateTime.fromISO(live.find((l) => l.id === ids.a2).expiresAt).toMillis()).toBe(DateTime.fromISO(ids.renewedTo!).toMillis());
       expect(live.map((l) => l.id)).not.toEqual(expect.arrayContaining([ids.a1]));
       const slow = await cliJson(['show', ids.slowResource, ...flags]);
       expect(slow.resource).toMatchObject({ status: 'destroyed', brokenReason: 'disk failed' });

@@ -17,6 +17,7 @@ interface LeaseFlags extends ConnectionFlags {
   type: string;
   attributes?: string;
   ttl?: string;
+  keepAlive?: boolean;
   until?: string;
   blueprint?: string[];
   owner?: string;
@@ -48,6 +49,7 @@ function parseAttributes(text: string | undefined): JsonObject | undefined {
 
 function specFrom(flags: LeaseFlags): LeaseSpec {
   if (flags.ttl !== undefined && flags.until !== undefined) throw new UsageError('give --ttl or --until, not both');
+  if (flags.keepAlive && flags.ttl === undefined) throw new UsageError('--keep-alive renews a ttl: give --ttl too');
   const priority = flags.priority === undefined ? undefined : Number(flags.priority);
   if (priority !== undefined && !Number.isInteger(priority)) throw new UsageError('--priority: a whole number');
   return {
@@ -55,6 +57,7 @@ function specFrom(flags: LeaseFlags): LeaseSpec {
     attributes: parseAttributes(flags.attributes),
     owner: flags.owner ?? `${userInfo().username}@${hostname()}`,
     ...(flags.ttl !== undefined ? { ttl: parseCliDuration(flags.ttl, '--ttl') } : {}),
+    ...(flags.keepAlive ? { keepAlive: true } : {}),
     ...(flags.until !== undefined ? { until: parseCliDateTime(flags.until, '--until', DateTime.utc()) } : {}),
     ...(flags.timeout !== undefined ? { timeout: parseCliDuration(flags.timeout, '--timeout') } : {}),
     ...(flags.blueprint?.length ? { blueprints: flags.blueprint } : {}),
@@ -99,6 +102,7 @@ export function registerLease(program: Command, io: Io): void {
     .option('--attributes <json>', 'a JSON object, or @file holding one')
     .option('--ttl <duration>', 'expire this long after the request (30m, 2h, PT5M)')
     .option('--until <iso>', 'expire at this time (ISO 8601)')
+    .option('--keep-alive', 'renew the ttl while this command runs: killed, the lease expires a ttl later')
     .option('--blueprint <name>', 'only from this blueprint (repeat for several)', (value: string, previous: string[] = []) => [...previous, value])
     .option('--owner <owner>', 'who holds it (default: user@host)')
     .option('--priority <n>', 'higher goes first among waiting leases')
