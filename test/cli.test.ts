@@ -95,6 +95,27 @@ describe(`slipway on the ${tier} tier`, () => {
     expect(shown.logs.find((l: { type: string }) => l.type === 'lease.extended').count).toBeGreaterThanOrEqual(5);
   });
 
+  test('lease --count 2 holds two leases until SIGINT, then releases both; all or none when one is not active in time', async () => {
+    const holder = start(['lease', '--type', 'host', '--ttl', '10m', '--count', '2', '--owner', 'ci-count', '--json', ...withConfig()]);
+    await holder.waitFor(/holding 2 leases: Ctrl-C releases them/);
+    const leases = JSON.parse(holder.stdout) as Array<{ id: string }>;
+    expect(leases).toHaveLength(2);
+    expect(new Set(leases.map((l) => l.id)).size).toBe(2);
+    for (const lease of leases) expect(lease).toMatchObject({ status: 'active', owner: 'ci-count', type: 'host' });
+    holder.proc.kill('SIGINT');
+    const exit = await holder.exited;
+    expect(exit.code).toBe(0);
+    for (const lease of leases) expect(exit.stderr).toMatch(new RegExp(`lease ${lease.id} destroyed`));
+
+    // One of them never has room: neither is kept.
+    const both = await cli(['lease', '--type', 'full-host', '--count', '2', '--timeout', '300ms', '--owner', 'ci-none', ...withConfig()], { env });
+    expect(both.code).toBe(1);
+    expect(both.stderr).toMatch(/\nslipway: lease lease_\w+ was not active within 300ms; released\n$/);
+    const ids = [...both.stderr.matchAll(/lease (lease_\w+) requested/g)].map((m) => m[1]);
+    expect(ids).toHaveLength(2);
+    for (const id of ids) expect((await cliJson(['show', id!, ...flags])).lease.status).toBe('destroyed');
+  });
+
   test('lease that times out releases the lease and exits 1 with the reason as its last line', async () => {
     const result = await cli(['lease', '--type', 'slow-host', '--timeout', '100ms', ...withConfig()], { env });
     expect(result.code).toBe(1);

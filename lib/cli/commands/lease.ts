@@ -23,6 +23,7 @@ interface LeaseFlags extends ConnectionFlags {
   owner?: string;
   timeout?: string;
   priority?: string;
+  count?: string;
   json?: boolean;
 }
 
@@ -107,14 +108,16 @@ export function registerLease(program: Command, io: Io): void {
     .option('--owner <owner>', 'who holds it (default: user@host)')
     .option('--priority <n>', 'higher goes first among waiting leases')
     .option('--timeout <duration>', 'give up (and release) if not active by then')
+    .option('--count <n>', 'that many leases of the spec, all active or none: held until Ctrl-C')
     .option('--config <file>', 'the config module with the blueprints (default: ./slipway.config.js)')
     .option('--json', 'print the active lease as JSON; progress lines on stderr become JSON log entries')
     .argument('[command...]', 'after --: a command to run on the lease\'s command interface')
     .addHelpText(
       'after',
-      '\nExamples:\n  $ slipway lease --type host --ttl 30m --data-dir ./slipway-data            # holds it until Ctrl-C\n  $ slipway lease --type host --ttl 30m --database $URL -- make test         # exits with make\'s exit code\n',
+      '\nExamples:\n  $ slipway lease --type host --ttl 30m --data-dir ./slipway-data            # holds it until Ctrl-C\n  $ slipway lease --type host --ttl 30m --count 3 --database $URL           # three at once, all or none\n  $ slipway lease --type host --ttl 30m --database $URL -- make test         # exits with make\'s exit code\n',
     )
     .action(async (argv: string[], flags: LeaseFlags) => {
+      parseCount(flags.count, argv);
       const spec = specFrom(flags);
       const { config } = await loadConfig(flags.config);
       const { database: _database, ...options } = config;
@@ -130,20 +133,42 @@ export function registerLease(program: Command, io: Io): void {
     });
 }
 
+/** `--count N`: how many leases of the spec, all or none. */
+function parseCount(text: string | undefined, argv: string[]): number {
+  if (text === undefined) return 1;
+  const count = Number(text);
+  if (!Number.isInteger(count) || count < 1 || count > 100) throw new UsageError(`--count: a whole number from 1 to 100 (got ${JSON.stringify(text)})`);
+  if (count > 1 && argv.length > 0) throw new UsageError('--count holds several leases until Ctrl-C; a command after -- runs on one lease: give one or the other');
+  return count;
+}
+
+/**
+ * Requests `count` leases of the spec and waits until all are active, showing their log
+ * lines (prefixed with the lease id when there are several) under one progress line. All
+ * or none: if one fails, is not active in time, or Ctrl-C comes, every one is released.
+ */
 async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: string[], flags: LeaseFlags): Promise<number> {
   const { AbortError, LeaseTimeoutError } = await library();
-  let id: string | undefined;
-  const progress = new Progress(io, () => `lease ${id ?? ''}`.trim());
-  // Lines logged while the request itself runs arrive before its id is known: kept until then.
+  const count = parseCount(flags.count, argv);
+  const handles: LeaseHandle[] = [];
+  const active = new Set<string>();
+  const statuses = new Map<string, string>();
+  const progress = new Progress(io, () => (count === 1 ? `lease ${handles[0]?.id ?? ''}`.trim() : `${count} leases, ${active.size} active`));
+  // Lines logged while a request itself runs arrive before its id is known: kept until then.
   const early: LogEntry[] = [];
+  const ids = () => new Set(handles.map((h) => h.id));
   const show = (entry: LogEntry) => {
-    if (entry.type === 'status.changed') return progress.setStatus(String(entry.data.to));
-    progress.line(flags.json ? JSON.stringify(entry) : `${entry.at.toUTC().toFormat('HH:mm:ss')} ${entry.message}`);
+    if (entry.type === 'status.changed') {
+      statuses.set(entry.lease!, String(entry.data.to));
+      return progress.setStatus(count === 1 ? String(entry.data.to) : statusSummary(statuses));
+    }
+    const prefix = count === 1 ? '' : `${entry.lease}: `;
+    progress.line(flags.json ? JSON.stringify(entry) : `${prefix}${entry.at.toUTC().toFormat('HH:mm:ss')} ${entry.message}`);
   };
   const offLog = broker.on('log', (entry) => {
     if (!entry.lease) return;
-    if (id === undefined) early.push(entry);
-    else if (entry.lease === id) show(entry);
+    if (handles.length < count) early.push(entry);
+    else if (ids().has(entry.lease)) show(entry);
   });
   const waiting = new AbortController();
   let interrupted: NodeJS.Signals | undefined;
@@ -151,62 +176,93 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: stri
     interrupted = signal;
     waiting.abort();
   });
-  let handle: LeaseHandle;
-  let lease: Lease;
+  let leases: Lease[];
   try {
     progress.start();
-    handle = await broker.requestLease(spec);
-    id = handle.id;
-    if (!io.interactive) io.err(`lease ${id} requested: ${spec.type}${spec.blueprints ? ` from ${spec.blueprints.join(', ')}` : ''}`);
-    for (const entry of early.splice(0)) if (entry.lease === id) show(entry);
-    progress.setStatus(await handle.status());
-    try {
-      lease = await handle.whenActive({ signal: waiting.signal });
-    } catch (error) {
+    for (let i = 0; i < count && !interrupted; i++) {
+      const handle = await broker.requestLease(spec);
+      handles.push(handle);
+      if (!io.interactive) io.err(`lease ${handle.id} requested: ${spec.type}${spec.blueprints ? ` from ${spec.blueprints.join(', ')}` : ''}`);
+    }
+    const known = ids();
+    for (const entry of early.splice(0)) if (known.has(entry.lease!)) show(entry);
+    if (count === 1) progress.setStatus(await handles[0]!.status());
+    const settled = await Promise.allSettled(
+      handles.map(async (h) => {
+        const lease = await h.whenActive({ signal: waiting.signal });
+        active.add(h.id);
+        return lease;
+      }),
+    );
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (interrupted || failed) {
       progress.stop();
-      if (error instanceof AbortError && interrupted) {
-        offWait();
-        await releaseAndWait(io, handle);
+      offWait();
+      const error = failed?.reason;
+      if (interrupted && (!failed || error instanceof AbortError)) {
+        await releaseAll(io, handles);
         return exitFor(interrupted);
       }
+      // All or none: the others go too, and the command waits until every one is gone.
+      await releaseAll(io, handles);
       if (error instanceof LeaseTimeoutError) {
-        // The library asked for the release of a lease that timed out; the command waits until it is gone.
-        await handle.release();
         throw new CliFailure(`lease ${error.leaseId} was not active within ${flags.timeout}; released${error.lastFailure ? `; the last allocation failed: ${error.lastFailure}` : ''}`, { cause: error });
       }
       throw error;
     }
+    leases = settled.map((r) => (r as PromiseFulfilledResult<Lease>).value);
   } finally {
     progress.stop();
     offLog();
     offWait();
   }
 
-  io.err(`lease ${lease.id} is active on resource ${lease.resource.id} (blueprint ${lease.resource.blueprint})`);
-  if (argv.length === 0) return hold(io, lease, flags);
-  return runOn(io, lease, argv);
+  for (const lease of leases) io.err(`lease ${lease.id} is active on resource ${lease.resource.id} (blueprint ${lease.resource.blueprint})`);
+  if (argv.length === 0) return hold(io, leases, flags);
+  return runOn(io, leases[0]!, argv);
 }
 
-/** Prints the lease and holds it until Ctrl-C (then releases it) or until it ends by itself. */
-async function hold(io: Io, lease: Lease, flags: LeaseFlags): Promise<number> {
-  if (flags.json) io.out(json(describeLease(lease)));
-  else io.out(`${lease.id} ${lease.type} on ${lease.resource.id} (${lease.resource.blueprint}), expires ${lease.expiresAt ? lease.expiresAt.toUTC().toISO() : 'never'}, attributes ${JSON.stringify(lease.attributes)}`);
-  io.err('holding it: Ctrl-C releases it');
+/** "2 pending, 1 active": the leases by status, for the progress line of several. */
+function statusSummary(statuses: Map<string, string>): string {
+  const counts = new Map<string, number>();
+  for (const status of statuses.values()) counts.set(status, (counts.get(status) ?? 0) + 1);
+  return [...counts].map(([status, n]) => `${n} ${status}`).join(', ');
+}
+
+/** Releases every lease (a failed one too: its release only waits for its destroy) and waits until all are destroyed. */
+async function releaseAll(io: Io, handles: LeaseHandle[]): Promise<void> {
+  await Promise.all(handles.map((h) => releaseAndWait(io, h)));
+}
+
+/** Prints the leases and holds them until Ctrl-C (then releases them) or until one ends by itself. */
+async function hold(io: Io, leases: Lease[], flags: LeaseFlags): Promise<number> {
+  // --json: the lease as an object, or with --count the leases as an array.
+  if (flags.json) io.out(json(leases.length === 1 ? describeLease(leases[0]!) : leases.map(describeLease)));
+  else {
+    for (const lease of leases) {
+      io.out(`${lease.id} ${lease.type} on ${lease.resource.id} (${lease.resource.blueprint}), expires ${lease.expiresAt ? lease.expiresAt.toUTC().toISO() : 'never'}, attributes ${JSON.stringify(lease.attributes)}`);
+    }
+  }
+  io.err(leases.length === 1 ? 'holding it: Ctrl-C releases it' : `holding ${leases.length} leases: Ctrl-C releases them`);
   const ended = await new Promise<NodeJS.Signals | Error>((resolve) => {
     const off = onInterrupt((signal) => {
       off();
       resolve(signal);
     });
-    lease.signal.addEventListener('abort', () => {
-      off();
-      resolve(lease.signal.reason as Error);
-    }, { once: true });
+    for (const lease of leases) {
+      lease.signal.addEventListener('abort', () => {
+        off();
+        resolve(lease.signal.reason as Error);
+      }, { once: true });
+    }
   });
   if (ended instanceof Error) {
     io.err(`slipway: ${ended.message}`);
+    // The others are released too: what was held together goes together.
+    await Promise.all(leases.filter((l) => !l.signal.aborted).map((l) => releaseAndWait(io, l)));
     return 1;
   }
-  await releaseAndWait(io, lease);
+  await Promise.all(leases.map((l) => releaseAndWait(io, l)));
   return 0;
 }
 
