@@ -50,12 +50,16 @@ export function authorizationStatements(S: string) {
         AND ($3::text IS NULL OR l.type = $3) AND (l.blueprints IS NULL OR $1 = ANY(l.blueprints))
         AND l.authorizing_owner IS NOT NULL AND ${covers('$2::text', 'l.authorizing_owner')}
       RETURNING w.object_id`,
-    // `authorizations.list`: $2 is an owner, and the rows that cover it are listed, deciding one first.
+    // `authorizations.list`, by blueprint and pattern; given an owner ($2), the rows that cover it, the deciding one first.
     listAuthorizations: `
       SELECT a.* FROM ${S}.authorizations a
       WHERE ($1::text IS NULL OR a.blueprint = $1) AND ($2::text IS NULL OR ${covers('a.owner_pattern', '$2::text')})
         AND ($3::text IS NULL OR a.state = $3)
-      ORDER BY a.blueprint, ${deciding('$2::text')}, a.owner_pattern`,
+      ORDER BY a.blueprint,
+        CASE WHEN $2::text IS NOT NULL THEN a.state <> 'requested' END DESC,
+        CASE WHEN $2::text IS NOT NULL THEN a.owner_pattern = $2 END DESC,
+        CASE WHEN $2::text IS NOT NULL THEN length(a.owner_pattern) END DESC,
+        a.owner_pattern`,
     // Pending leases whose wait is for an authorization (their one wait row says so), by type.
     waitingForAuthorization: `
       SELECT l.type, count(*)::int AS n FROM ${S}.leases l JOIN ${S}.logs g ON g.id = l.wait_log_id
