@@ -1,5 +1,5 @@
 export { createBroker } from './broker/index.js';
-export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, LeaseQuery, ResourceQuery } from './broker/index.js';
+export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, LeaseQuery, ResourceQuery, AuthorizationQuery } from './broker/index.js';
 export type { BrokerEvents, LeaseEvent, ResourceEvent } from './broker/events.js';
 export { defineBlueprint, defaultAllocationLimit } from './blueprint/define-blueprint.js';
 export type * from './blueprint/contract.js';
@@ -14,6 +14,8 @@ export type { LogEntry, LogType, LogDataByType } from './logs/log-types.js';
 export type { Lease, LeaseHandle, LeaseRecord, ResourceRecord, ResourceInfo, Renewal, ExtendOptions } from './model/lease.js';
 export type { LeaseOf, LeaseAttributesOf, ResourceAttributesOf, TypedLeaseSpec } from './blueprint/typed-leases.js';
 export type { LeaseSpec, JsonObject, JsonValue } from './model/spec.js';
+export { AUTHORIZATION_STATES } from './model/authorizations.js';
+export type { AuthorizationRecord, AuthorizationState } from './model/authorizations.js';
 export {
   LEASE_STATUSES,
   RESOURCE_STATUSES,

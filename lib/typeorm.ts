@@ -4,6 +4,7 @@
  */
 export { slipwayEntities } from './store/entities.js';
 export type {
+  AuthorizationRow,
   BlueprintFailureRow,
   CommandRow,
   LeaseRow,

@@ -428,6 +428,10 @@ describe('options of calls', () => {
     'resources.get': () => shared.resources.get as AnyCall,
     'resources.list': () => shared.resources.list as AnyCall,
     logs: () => shared.logs as AnyCall,
+    'authorizations.request': () => shared.authorizations.request as AnyCall,
+    'authorizations.authorize': () => shared.authorizations.authorize as AnyCall,
+    'authorizations.decline': () => shared.authorizations.decline as AnyCall,
+    'authorizations.list': () => shared.authorizations.list as AnyCall,
     // An accepted subscription is undone at once, so that a known bug leaves no listener behind.
     on: () => (...args) => {
       const off = (shared.on as AnyCall)(...args);

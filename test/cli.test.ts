@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DateTime } from 'luxon';
-import { createBroker, LEASE_STATUSES, RESOURCE_STATUSES, type Broker } from '../lib/index.js';
+import { AUTHORIZATION_STATES, createBroker, LEASE_STATUSES, RESOURCE_STATUSES, type Broker } from '../lib/index.js';
 import { localHosts } from '../blueprints/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { buildBin, cli, cliDatabase, cliJson, CONFIG, oneCleanLine, Running } from './helpers/cli.js';
@@ -51,22 +51,24 @@ describe(`slipway on the ${tier} tier`, () => {
   });
 
   test('every command has --help with an example; --version is the package version', async () => {
-    const commands = ['migrate', 'worker', 'lease', 'release-lease', 'release-resource', 'reclaim', 'break', 'update-lease', 'leases', 'resources', 'show', 'logs', 'stats', 'gc'];
+    const commands = ['migrate', 'worker', 'lease', 'release-lease', 'release-resource', 'reclaim', 'break', 'update-lease', 'leases', 'resources', 'show', 'logs', 'stats', 'authorizations', 'authorize', 'decline', 'gc'];
     const helps = await Promise.all(commands.map((command) => cli([command, '--help'])));
     helps.forEach((help, i) => expect([commands[i], help.code, help.stdout]).toEqual([commands[i], 0, expect.stringMatching(new RegExp(`Usage: slipway ${commands[i]}[\\s\\S]*Examples?:\\n  \\$ slipway ${commands[i]} `))]));
     // The status lists are written out in the help (it answers without loading the library): the library's own.
     expect(helps[commands.indexOf('leases')]!.stdout.replace(/\s+/g, ' ')).toContain(`(${LEASE_STATUSES.join(', ')}) or all`);
     expect(helps[commands.indexOf('resources')]!.stdout.replace(/\s+/g, ' ')).toContain(`(${RESOURCE_STATUSES.join(', ')}) or all`);
+    expect(helps[commands.indexOf('authorizations')]!.stdout.replace(/\s+/g, ' ')).toContain(`(${AUTHORIZATION_STATES.join(', ')})`);
+    expect((await cli(['deauthorize', '--help'])).stdout).toMatch(/^Usage: slipway decline\|deauthorize /);
     const version = await cli(['--version']);
     expect(version.stdout.trim()).toBe(JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')).version);
   });
 
   test('migrate applies the migrations and prints the version; a second run has nothing to do', async () => {
     const first = await cliJson(['migrate', ...flags]);
-    expect(first).toEqual({ schema: expect.any(String), version: 5, applied: [1, 2, 3, 4, 5] });
+    expect(first).toEqual({ schema: expect.any(String), version: 6, applied: [1, 2, 3, 4, 5, 6] });
     const second = await cli(['migrate', ...flags]);
     expect(second).toMatchObject({ code: 0, stderr: '' });
-    expect(second.stdout).toMatch(/ is up to date: version 5 \(LeaseRenewal\)\n$/);
+    expect(second.stdout).toMatch(/ is up to date: version 6 \(Authorizations\)\n$/);
   });
 
   test('lease -- argv runs the command on the lease, streams its output, releases it and exits with its exit code', async () => {
@@ -380,4 +382,43 @@ describe(`slipway on the ${tier} tier`, () => {
     expect(debug.code).toBe(1);
     expect(debug.stderr).toMatch(/^slipway: no lease or resource has the id nope\nCliFailure: no lease or resource has the id nope\n\s+at /);
   }, 120_000);
+
+  test('authorizations, authorize, decline: an operator sees the requests of waiting leases and decides; the waiting lease goes on', async () => {
+    const gated = () => fakeBlueprint({ name: 'gated', type: 'gated-host', requireAuthorization: true });
+    // A broker of the test's own records two leases, which its allocator finds unauthorized; it closes (one opener per data directory).
+    const requester = await createBroker({ database: db.options, blueprints: [gated()] });
+    const [waiting, refused] = [await requester.requestLease({ type: 'gated-host', owner: 'build/5' }), await requester.requestLease({ type: 'gated-host', owner: 'intruder' })];
+    const deadline = Date.now() + 20_000;
+    while ((await requester.authorizations.list({ state: 'requested' })).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await requester.close();
+
+    expect(await cliJson(['authorizations', '--state', 'requested', ...flags])).toEqual([
+      { blueprint: 'gated', owner: 'build/5', state: 'requested', createdAt: expect.stringMatching(/Z$/), changedAt: expect.stringMatching(/Z$/), changedBy: null },
+      { blueprint: 'gated', owner: 'intruder', state: 'requested', createdAt: expect.stringMatching(/Z$/), changedAt: expect.stringMatching(/Z$/), changedBy: null },
+    ]);
+    const stats = await cliJson(['stats', ...flags]);
+    expect(stats.types['gated-host']).toMatchObject({ waiting: 2, waitingForAuthorization: 2 });
+    expect((await cli(['stats', ...flags])).stdout).toMatch(/\ngated-host +0 +2 \(2 for authorization\) /);
+
+    expect(await cli(['authorize', 'gated', 'build/*', '--author', 'ops', ...flags])).toMatchObject({ code: 0, stdout: 'owner build/* authorized on blueprint gated\n', stderr: '' });
+    expect(await cli(['authorize', 'gated', 'build/*', ...flags])).toMatchObject({ code: 0, stdout: 'owner build/* was already authorized on blueprint gated\n' });
+    expect(await cliJson(['deauthorize', 'gated', 'intruder', '--author', 'ops', ...flags])).toMatchObject({ blueprint: 'gated', owner: 'intruder', state: 'declined', changedBy: 'ops' });
+    const text = await cli(['authorizations', '--blueprint', 'gated', '--owner', 'build/5', ...flags]);
+    expect(text.stdout).toMatch(/^BLUEPRINT +OWNER +STATE +CHANGED +BY\ngated +build\/\* +authorized +\d+ m?s ago +ops\ngated +build\/5 +requested +.* -\n$/);
+
+    // A worker carries out what was decided while none ran: the authorized lease becomes active, the declined one breaks.
+    const worker = await createBroker({ database: db.options, blueprints: [gated()] });
+    try {
+      const lease = await (await worker.requestLease({ type: 'gated-host', owner: 'build/6' })).whenActive({ timeout: { seconds: 20 } });
+      await lease.release();
+      const deadline = Date.now() + 20_000;
+      while ((await worker.leases.get(waiting.id))!.status !== 'active' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect((await worker.leases.get(waiting.id))!.status).toBe('active');
+      while ((await worker.leases.get(refused.id))!.status !== 'destroyed' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(await worker.leases.get(refused.id)).toMatchObject({ status: 'destroyed', brokenReason: 'owner intruder is declined on blueprint gated' });
+      await worker.release(waiting.id);
+    } finally {
+      await worker.close();
+    }
+  }, 60_000);
 });

@@ -40,6 +40,10 @@ const samples: { [T in LogType]: LogDataByType[T] } = {
   'command.rejected': { command: 'reclaim', reason: 'resource is in use' },
   'status.changed': { kind: 'lease', from: 'pending', to: 'acquired' },
   'blueprint.note': { message: 'cloned in 3s' },
+  'lease.waiting-for-authorization': { owner: 'build/42', inheritedFrom: null, blueprints: ['hosts'], declined: ['vms'] },
+  'authorization.requested': { blueprint: 'hosts', owner: 'build/42', lease: 'lease-1', author: null },
+  'authorization.authorized': { blueprint: 'hosts', owner: 'build/*', from: 'requested', author: 'alice' },
+  'authorization.declined': { blueprint: 'hosts', owner: 'build/42', from: 'authorized', author: null },
 };
 
 /** An exclusive blueprint that, unlike the fake, does not check leaseCount first: the slot lock is what refuses. */
@@ -78,6 +82,10 @@ describe('log types', () => {
     expect(renderLog('hook.failure', samples['hook.failure'])).toMatch(/activateResource.*boom.*E1/);
     expect(renderLog('lease.waiting-for-resources', samples['lease.waiting-for-resources'])).toMatch(/hosts.*maxResources/);
     expect(renderLog('resource.broken', samples['resource.broken'])).toMatch(/kernel panic/);
+    expect(renderLog('lease.waiting-for-authorization', samples['lease.waiting-for-authorization'])).toBe(
+      'Waiting for authorization of owner build/42 on blueprint hosts (declined on vms).',
+    );
+    expect(renderLog('authorization.authorized', samples['authorization.authorized'])).toBe('Owner build/* authorized on blueprint hosts by alice (was requested).');
     expect(renderLog('lease.slot-lock-failure', samples['lease.slot-lock-failure'])).toMatch(/slot:1/);
   });
 

@@ -203,6 +203,14 @@ export interface BlueprintOptions<Config> {
   /** A disabled blueprint serves no new lease. @defaultValue true */
   enabled?: boolean;
   /**
+   * Serve only the owners authorized on this blueprint (`broker.authorizations.authorize`).
+   * A lease of another owner waits, with a `requested` authorization recorded for it, and
+   * breaks if its owner is declined on every blueprint that could serve it; a lease
+   * without an owner is never authorized. A child lease is authorized as the owner its
+   * parent resource was built for. @defaultValue false
+   */
+  requireAuthorization?: boolean;
+  /**
    * How long each hook may run before it counts as a failure (its `ctx.signal` is then
    * aborted). By hook name, plus `default`. @defaultValue 1 minute for `canEverAllocate`,
    * `canAllocate` and `canAcquireLease`; 30 minutes for every other hook
@@ -216,6 +224,7 @@ export interface Blueprint<Config = unknown, ResourceAttrs extends JsonObject = 
   readonly type: string;
   readonly config: Config;
   readonly enabled: boolean;
+  readonly requireAuthorization: boolean;
   readonly limits: NormalizedLimits;
   readonly timeouts: NormalizedTimeouts;
   readonly implementation: BlueprintImplementation<Config, ResourceAttrs, LeaseAttrs>;

@@ -15,7 +15,7 @@ const IMPLEMENTATION_KEYS = new Set([
 const OPTIONAL_FUNCTIONS = [
   'validateConfig', 'canEverAllocate', 'canAllocate', 'activateResource', 'canAcquireLease', 'acquireLease', 'activateLease', 'releaseLease', 'destroyLease', 'destroyResource',
 ] as const;
-const OPTION_KEYS = new Set(['name', 'config', 'limits', 'enabled', 'timeouts']);
+const OPTION_KEYS = new Set(['name', 'config', 'limits', 'enabled', 'requireAuthorization', 'timeouts']);
 
 export const defaultAllocationLimit = (activeCount: number) => Math.max(1, Math.ceil(0.25 * activeCount));
 
@@ -67,9 +67,10 @@ export function defineBlueprint<Config = unknown, ResourceAttrs extends JsonObje
       }
     }
     if (options.enabled !== undefined && typeof options.enabled !== 'boolean') throw new ValidationError('blueprint.enabled', 'must be a boolean');
+    if (options.requireAuthorization !== undefined && typeof options.requireAuthorization !== 'boolean') throw new ValidationError('blueprint.requireAuthorization', 'must be a boolean');
     const limits = normalizeLimits(options.limits, implementation, config);
     const timeouts = normalizeTimeouts(options.timeouts);
-    return Object.freeze({ name: options.name, type: implementation.type, config, enabled: options.enabled ?? true, limits, timeouts, implementation });
+    return Object.freeze({ name: options.name, type: implementation.type, config, enabled: options.enabled ?? true, requireAuthorization: options.requireAuthorization ?? false, limits, timeouts, implementation });
   };
 }
 

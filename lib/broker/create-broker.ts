@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
+import { authorizationCalls } from './authorizations.js';
 import { BROKER_EVENTS, BrokerEventBus } from './events.js';
 import { Engine } from '../engine/engine.js';
 import type { Runtime } from '../engine/runtime.js';
@@ -100,6 +101,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     reclaimResource: (id, o) => live(() => commands.reclaimResource(id, o)),
     breakResource: (id, reason, o) => live(() => commands.breakResource(id, reason, o)),
     ...readCalls(ctx, live),
+    authorizations: authorizationCalls(ctx, live),
     on(event, listener) {
       if (ctx.closed) throw new BrokerClosedError();
       checkSubscription(event, listener, BROKER_EVENTS);

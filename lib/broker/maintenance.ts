@@ -5,7 +5,7 @@ import { LEASE_STATE_FLAGS, LEASE_STATUSES, RESOURCE_STATE_FLAGS, RESOURCE_STATU
 import { collectGarbage } from '../store/gc.js';
 import type { StoreBackend } from '../store/backend.js';
 import type { BrokerContext } from './context.js';
-import type { BlueprintStats, BrokerStats } from './types.js';
+import type { BlueprintStats, BrokerStats, TypeStats } from './types.js';
 
 /**
  * Collects history older than `retention` every `gcInterval` while the broker's workers
@@ -34,14 +34,18 @@ export function startGcTimer(ctx: BrokerContext, logger: Logger): () => Promise<
 /** `broker.stats()`: counts and ages per blueprint and per type, live apart from the deletion lane. */
 export async function computeStats(store: StoreBackend, now: DateTime, blueprints: Map<string, Blueprint<any, any, any>>): Promise<BrokerStats> {
   const zero = <S extends string>(list: readonly S[]) => Object.fromEntries(list.map((s) => [s, 0])) as Record<S, number>;
+  const blueprintStats = (type: string, requireAuthorization: boolean): BlueprintStats => ({
+    type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null, requireAuthorization, requestedAuthorizations: 0,
+  });
+  const typeStats = (): TypeStats => ({ leases: zero(LEASE_STATUSES), waiting: 0, waitingForAuthorization: 0, live: 0, deletionLane: 0, oldestAgeMs: {} });
   const result: BrokerStats = { blueprints: {}, types: {} };
   for (const b of blueprints.values()) {
-    result.blueprints[b.name] = { type: b.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null };
-    result.types[b.type] ??= { leases: zero(LEASE_STATUSES), waiting: 0, live: 0, deletionLane: 0, oldestAgeMs: {} };
+    result.blueprints[b.name] = blueprintStats(b.type, b.requireAuthorization);
+    result.types[b.type] ??= typeStats();
   }
   const age = (at: DateTime | null) => (at ? Math.max(0, now.toMillis() - at.toMillis()) : undefined);
   for (const r of await store.resourceCounts()) {
-    const s = (result.blueprints[r.blueprint] ??= { type: r.type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null });
+    const s = (result.blueprints[r.blueprint] ??= blueprintStats(r.type, false));
     const status = r.status as ResourceStatus;
     s.resources[status] += Number(r.n);
     if (status === 'pending') s.allocating += Number(r.n);
@@ -63,7 +67,7 @@ export async function computeStats(store: StoreBackend, now: DateTime, blueprint
     if (s) s.failures = { streak: f.streak, lastError: f.lastError, lastFailureAt: f.lastFailureAt.toISO()!, retryAt: f.retryAt.toISO()! };
   }
   for (const l of await store.leaseCounts()) {
-    const s = (result.types[l.type] ??= { leases: zero(LEASE_STATUSES), waiting: 0, live: 0, deletionLane: 0, oldestAgeMs: {} });
+    const s = (result.types[l.type] ??= typeStats());
     const status = l.status as LeaseStatus;
     s.leases[status] += Number(l.n);
     if (status === 'pending') s.waiting += Number(l.n);
@@ -74,6 +78,12 @@ export async function computeStats(store: StoreBackend, now: DateTime, blueprint
       if (a !== undefined) s.oldestAgeMs[status] = a;
     }
   }
+  // Requests of blueprints this broker does not register are not shown: it knows nothing else of them.
+  for (const r of await store.requestedAuthorizations()) {
+    const s = result.blueprints[r.blueprint];
+    if (s) s.requestedAuthorizations = r.n;
+  }
+  for (const w of await store.waitingForAuthorization()) (result.types[w.type] ??= typeStats()).waitingForAuthorization = w.n;
   return result;
 }
 

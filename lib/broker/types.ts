@@ -2,6 +2,7 @@ import type { Blueprint } from '../blueprint/contract.js';
 import type { BrokerEvents } from './events.js';
 import type { Clock } from '../clock.js';
 import type { LogEntry } from '../logs/log-types.js';
+import type { AuthorizationRecord, AuthorizationState } from '../model/authorizations.js';
 import type { ExtendOptions, Lease, LeaseHandle, LeaseRecord, Renewal, ResourceRecord } from '../model/lease.js';
 import type { LeaseAttributesOf, LeaseOf, NoAttributes, ResourceAttributesOf, TypedLeaseSpec } from '../blueprint/typed-leases.js';
 import type { JsonObject, LeaseSpec } from '../model/spec.js';
@@ -25,6 +26,13 @@ export interface ResourceQuery {
   blueprint?: string;
 }
 
+export interface AuthorizationQuery {
+  blueprint?: string;
+  /** The rows that cover this owner (its own, and the prefixes it starts with), the deciding one first. */
+  owner?: string;
+  state?: AuthorizationState;
+}
+
 export interface BlueprintStats {
   type: string;
   resources: Record<ResourceStatus, number>;
@@ -44,12 +52,17 @@ export interface BlueprintStats {
    * activates again.
    */
   failures: { streak: number; lastError: string; lastFailureAt: string; retryAt: string } | null;
+  /** Whether it serves only authorized owners (`requireAuthorization`), and how many of its authorizations are `requested`, awaiting a decision. */
+  requireAuthorization: boolean;
+  requestedAuthorizations: number;
 }
 
 export interface TypeStats {
   leases: Record<LeaseStatus, number>;
   /** Pending leases: the waiting queue. */
   waiting: number;
+  /** Pending leases that wait because no blueprint that could serve them authorized their owner yet. */
+  waitingForAuthorization: number;
   live: number;
   deletionLane: number;
   oldestAgeMs: Partial<Record<'pending' | 'acquired' | 'released' | 'broken', number>>;
@@ -88,6 +101,19 @@ export interface Broker extends AsyncDisposable {
   readonly leases: { get(id: string): Promise<LeaseRecord | null>; list(query?: LeaseQuery): Promise<LeaseRecord[]> };
   readonly resources: { get(id: string): Promise<ResourceRecord | null>; list(query?: ResourceQuery): Promise<ResourceRecord[]> };
   logs(filter?: { lease?: string; resource?: string; blueprint?: string; type?: string }): Promise<LogEntry[]>;
+  /**
+   * Which owners may use the blueprints that require authorization. An owner pattern is an
+   * exact owner or a prefix ending in `/*`; the most specific decision (authorized or
+   * declined) that covers an owner counts. `request` records a `requested` row unless the
+   * pattern has one; `authorize` and `decline` set its state, wake the pending leases it
+   * concerns, and release nothing (`release` does). Each returns the pattern's row.
+   */
+  readonly authorizations: {
+    request(blueprint: string, owner: string, options?: { author?: string }): Promise<AuthorizationRecord>;
+    authorize(blueprint: string, owner: string, options?: { author?: string }): Promise<AuthorizationRecord>;
+    decline(blueprint: string, owner: string, options?: { author?: string }): Promise<AuthorizationRecord>;
+    list(query?: AuthorizationQuery): Promise<AuthorizationRecord[]>;
+  };
   on<E extends keyof BrokerEvents>(event: E, listener: (payload: BrokerEvents[E]) => void): () => void;
   stats(): Promise<BrokerStats>;
   /**

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
+import { registerAuthorizations } from './commands/authorizations.js';
 import { registerGc } from './commands/gc.js';
 import { registerLease } from './commands/lease.js';
 import { registerLists } from './commands/lists.js';
@@ -40,7 +41,7 @@ export function buildProgram(io: Io): Command {
       // Commander's own errors (unknown flag, missing argument) in one line, as ours.
       outputError: (text, write) => write(`slipway: ${text.replace(/^error: /, '').replace(/\s*\n\s*/g, ' ').trim()}\n`),
     });
-  for (const register of [registerMigrate, registerWorker, registerLease, registerRelease, registerObjectCommands, registerLists, registerShow, registerLogs, registerStats, registerGc]) {
+  for (const register of [registerMigrate, registerWorker, registerLease, registerRelease, registerObjectCommands, registerLists, registerShow, registerLogs, registerStats, registerAuthorizations, registerGc]) {
     register(program, io);
   }
   // Subcommands inherit the settings above (exitOverride, output) when created through .command().

@@ -4,7 +4,8 @@ import type { DateTime } from 'luxon';
 import type { JsonObject } from '../model/spec.js';
 import { HookError } from '../errors/hook-error.js';
 import { SlotRequest } from './slot-choice.js';
-import { slotConflictKeys, type BlueprintFailure, type LeaseRow, type NewLease, type ResourceRow } from '../store/store.js';
+import { slotConflictKeys, type BlueprintFailure, type LeaseRow, type NewLease, type ResourceRow, type Unit } from '../store/store.js';
+import { authorizationReasons, declinedReason, sortByAuthorization, type AuthorizationVerdict } from './authorizations.js';
 import { crashPoint } from './crash-points.js';
 import { baseContext, callHook, hookFailureLog, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
 import { at, backoffDelay, blueprintsForType, REREAD, type HookFailure, type LeaseMoved, type LeaseStep, type Runtime } from './runtime.js';
@@ -30,13 +31,16 @@ interface Reasons {
  * resource; else allocate a new one if `canAllocate`, the allocation limit and
  * `maxResources` allow; else reclaim an idle resource; else wait. A pending lease
  * drives at most one allocation at a time (`allocating_resource_id`) and waits for it.
+ * Only the blueprints that authorized the lease's owner (or require no authorization)
+ * are candidates; with none, the lease waits for an authorization, or breaks if every
+ * one declined it.
  */
 export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Promise<LeaseStep> {
   const { store } = rt;
   const reasons: Reasons = { list: [], leaseSpecific: false };
   const ofType = blueprintsForType(rt, lease.type);
   const allowed = lease.blueprints ? ofType.filter((b) => lease.blueprints!.includes(b.name)) : ofType;
-  const candidates: Blueprint<any, any, any>[] = [];
+  const able: Blueprint<any, any, any>[] = [];
   for (const blueprint of allowed) {
     if (!blueprint.enabled) {
       reasons.list.push(`${blueprint.name} is disabled`);
@@ -44,13 +48,21 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
     }
     const ever = await leaseHook<boolean>(rt, blueprint, 'canEverAllocate', lease, true);
     if (!ever.ok) return hookTrouble(rt, lease, ever);
-    if (ever.value) candidates.push(blueprint);
+    if (ever.value) able.push(blueprint);
     else reasons.list.push(`${blueprint.name}: canEverAllocate said no`);
   }
-  if (candidates.length === 0) {
+  if (able.length === 0) {
     const error = new NoBlueprintError(lease.type, allowed.map((b) => b.name), reasons.list);
     await breakLease(rt, lease, error.message);
     return REREAD;
+  }
+  const verdict = await sortByAuthorization(rt, lease, able);
+  if (verdict.allowed.length === 0) return unauthorized(rt, lease, claim, verdict, able.map((b) => b.name));
+  const candidates = verdict.allowed;
+  const refused = authorizationReasons(lease, verdict);
+  if (refused.length > 0) {
+    reasons.list.push(...refused);
+    reasons.leaseSpecific = true;
   }
   const names = candidates.map((b) => b.name);
   const byName = new Map(candidates.map((b) => [b.name, b]));
@@ -141,6 +153,8 @@ export async function acquireAtOnce(rt: Runtime, lease: NewLease, claim: { worke
   const { store } = rt;
   const view = { id: lease.id, type: lease.type, attributes: lease.attributes, owner: lease.owner, expiresAt: lease.expiresAt };
   const ofType = blueprintsForType(rt, lease.type).filter((b) => b.enabled && (!lease.blueprints || lease.blueprints.includes(b.name)));
+  // Authorization is the allocator's to decide (and to request): such a lease queues.
+  if (ofType.some((b) => b.requireAuthorization)) return null;
   const candidates: Blueprint<any, any, any>[] = [];
   for (const blueprint of ofType) {
     const ever = await leaseHook<boolean>(rt, blueprint, 'canEverAllocate', view, true);
@@ -276,7 +290,7 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
     // A hand-off may have reserved another resource for this lease since the pass read it:
     // the statement frees that one for the next waiter (`freed`), or it would stay reserved
     // for a lease that never comes.
-    const result = await store.single((u) =>
+    const take = (u: Unit) =>
       store.acquireOnResource(
         u,
         lease.id,
@@ -284,8 +298,14 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
         // allocating_resource_id is left as it is: the statement reads it to free the reservation.
         { resource_id: resource.id, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
         [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
-      ),
-    );
+      );
+    // On a blueprint that requires authorization, the acquisition commits only while the
+    // owner is authorized: checked under the blueprint's authorization lock, in its transaction.
+    const result = blueprint.requireAuthorization
+      ? await store.unit(async (u) => ((await store.authorizationGate(u, blueprint.name, lease.authorizingOwner)) === 'authorized' ? take(u) : UNAUTHORIZED))
+      : await store.single(take);
+    // The authorization changed since this pass read it: the next pass sorts the candidates again.
+    if (result === UNAUTHORIZED) return REREAD;
     if (!result) {
       reasons.list.push(`${resource.id} is no longer available`);
       return 'no';
@@ -311,10 +331,12 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
   }
 }
 
+const UNAUTHORIZED = 'unauthorized' as const;
+
 type AllocateResult = 'allocated' | 'look-again' | 'no' | 'rate-limited' | 'backing-off' | 'full' | LeaseStep;
 
 /** What the allocation transaction decided; the two objects are handled once it has ended. */
-type AllocationDecision = 'allocated' | 'look-again' | 'rate-limited' | 'full' | { backingOff: BlueprintFailure } | { policyFailed: HookError };
+type AllocationDecision = 'allocated' | 'look-again' | 'rate-limited' | 'full' | typeof UNAUTHORIZED | { backingOff: BlueprintFailure } | { policyFailed: HookError };
 
 async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<AllocateResult> {
   const { store } = rt;
@@ -336,6 +358,8 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     // then use that one (the caller looks again) instead of overwriting the pointer, which
     // would leave that resource reserved for a lease that never comes for it.
     if (!(await store.lockLeaseForAllocation(u, lease.id))) return 'look-again' as const;
+    // The owner must still be authorized, under the lock that an authorization change takes.
+    if (blueprint.requireAuthorization && (await store.authorizationGate(u, blueprint.name, lease.authorizingOwner)) !== 'authorized') return UNAUTHORIZED;
     // Short and hook-free: allocation decisions of one blueprint are serialized here.
     const counts = await store.lockAllocations(u, blueprint.name);
     const failure = counts.failure;
@@ -350,7 +374,7 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     if (counts.allocating >= limit) return 'rate-limited' as const;
     const max = blueprint.limits.maxResources;
     if (max !== null && !(await store.takeCapacitySlot(u, blueprint.name, max, resourceId))) return 'full' as const;
-    await store.insertPendingResource(u, { id: resourceId, type: blueprint.type, blueprint: blueprint.name, reservedFor: lease.id });
+    await store.insertPendingResource(u, { id: resourceId, type: blueprint.type, blueprint: blueprint.name, reservedFor: lease.id, authorizingOwner: lease.authorizingOwner });
     await store.update(u, 'lease', lease.id, 'pending', { allocating_resource_id: resourceId });
     await store.log(u, { type: 'resource.allocating', data: { lease: lease.id }, lease: lease.id, resource: resourceId, blueprint: blueprint.name });
     // Room for one more allocation: the next waiter gets a look now. It passes the wake on
@@ -365,6 +389,8 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     reasons.retryAt = earliest(reasons.retryAt, f.retryAt);
     return 'backing-off';
   }
+  // The authorization changed since this pass read it: the next pass sorts the candidates again.
+  if (result === UNAUTHORIZED) return REREAD;
   if (result === 'allocated') crashPoint('allocate.recorded');
   if (result === 'rate-limited') reasons.list.push(`${blueprint.name} is at its allocation limit`);
   if (result === 'full') reasons.list.push(noRoom(blueprint));
@@ -443,7 +469,7 @@ async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
 async function wait(rt: Runtime, lease: LeaseRow, claim: Claim, names: string[], reasons: Reasons): Promise<LeaseStep> {
   const { store } = rt;
   const data = { reasons: reasons.list.length ? reasons.list : ['no resource is free'], blueprints: names };
-  const bumped = lease.waitLogId !== null && (await store.single((u) => store.bumpLog(u, lease.waitLogId!, data)));
+  const bumped = lease.waitLogId !== null && (await store.single((u) => store.bumpLog(u, lease.waitLogId!, data, 'lease.waiting-for-resources')));
   if (!bumped) {
     await store.unit(async (u) => {
       const id = await store.log(u, { type: 'lease.waiting-for-resources', data, lease: lease.id });
@@ -455,9 +481,42 @@ async function wait(rt: Runtime, lease: LeaseRow, claim: Claim, names: string[],
   // Refused for reasons no other lease would escape (the blueprint full or at its allocation
   // limit, every resource taken), the wake stops here.
   if (claim.chained && reasons.leaseSpecific) await store.single((u) => store.wakeNextWaiting(u, [lease.type], names, lease));
+  return at(recheckAt(rt, lease, reasons.retryAt));
+}
+
+/** When a waiting lease looks again if nothing wakes it: after `waitRecheck`, or sooner at a backoff's end, its deadline or its expiry. */
+function recheckAt(rt: Runtime, lease: LeaseRow, retryAt?: DateTime): DateTime {
   let next = rt.clock.now().plus(rt.waitRecheck);
-  if (reasons.retryAt && reasons.retryAt < next) next = reasons.retryAt;
+  if (retryAt && retryAt < next) next = retryAt;
   if (lease.deadlineAt && lease.deadlineAt < next) next = lease.deadlineAt;
   if (lease.expiresAt && lease.expiresAt < next) next = lease.expiresAt;
-  return at(next);
+  return next;
+}
+
+/**
+ * No candidate authorized the lease's owner. Declined (or never to be authorized, having
+ * no owner) by every one: the lease breaks with that reason. Else it waits, with one log
+ * row however often it looks again, and lets go of a resource it drove or had reserved,
+ * which it may not use now: the next waiter gets it. A change of an authorization that
+ * concerns it wakes it (`broker.authorizations`), and so does its recheck.
+ */
+async function unauthorized(rt: Runtime, lease: LeaseRow, claim: Claim, verdict: AuthorizationVerdict, names: string[]): Promise<LeaseStep> {
+  const { store } = rt;
+  if (verdict.waiting.length === 0) {
+    await breakLease(rt, lease, declinedReason(lease, verdict.declined));
+    return REREAD;
+  }
+  const data = { owner: lease.authorizingOwner!, inheritedFrom: lease.parentResourceId, blueprints: verdict.waiting, declined: verdict.declined };
+  await store.unit(async (u) => {
+    const bumped = lease.waitLogId !== null && (await store.bumpLog(u, lease.waitLogId, data, 'lease.waiting-for-authorization'));
+    if (!bumped) {
+      const id = await store.log(u, { type: 'lease.waiting-for-authorization', data, lease: lease.id });
+      await store.update(u, 'lease', lease.id, 'pending', { wait_log_id: id });
+    }
+    if (lease.allocatingResourceId) await store.forgetReservation(u, lease.id, lease.allocatingResourceId);
+    // A wake this lease cannot use goes on to the next waiter that asks for something else
+    // (another owner among them): one for the same owner would wait the same.
+    if (claim.chained || lease.allocatingResourceId) await store.wakeNextWaiting(u, [lease.type], names, lease);
+  });
+  return at(recheckAt(rt, lease));
 }

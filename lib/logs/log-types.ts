@@ -7,6 +7,8 @@ export interface LogDataByType {
   'lease.acquired': { resource: string; blueprint: string };
   'lease.activated': { resource: string };
   'lease.waiting-for-resources': { reasons: string[]; blueprints: string[] };
+  /** `inheritedFrom`: a child lease's parent resource, whose authorizing owner it inherits. */
+  'lease.waiting-for-authorization': { owner: string; inheritedFrom: string | null; blueprints: string[]; declined: string[] };
   'lease.allocation-failure': { blueprint: string; reason: string; attempt: number; retryAt: string | null };
   'lease.reclaim': { resource: string; blueprint: string };
   'lease.released': { reason: string; author: string | null };
@@ -29,11 +31,21 @@ export interface LogDataByType {
   'hook.failure': { hook: string; error: string; code: string | null; retry: boolean; attempt?: number; retryAt?: string | null };
   'hook.retry-later': { hook: string; reason: string; retryAt: string };
   'command.rejected': { command: string; reason: string };
+  'authorization.requested': { blueprint: string; owner: string; lease: string | null; author: string | null };
+  'authorization.authorized': { blueprint: string; owner: string; from: string | null; author: string | null };
+  'authorization.declined': { blueprint: string; owner: string; from: string | null; author: string | null };
   'status.changed': { kind: 'lease' | 'resource'; from: string; to: string };
   'blueprint.note': { message: string };
 }
 
 export type LogType = keyof LogDataByType;
+
+const plural = (word: string, list: string[]) => `${word}${list.length === 1 ? '' : 's'} ${list.join(', ')}`;
+
+/** ` by alice (was requested)`: who changed an authorization, and from what. */
+function changedBy(d: { author: string | null; from: string | null }): string {
+  return `${d.author ? ` by ${d.author}` : ''}${d.from ? ` (was ${d.from})` : ''}`;
+}
 
 /** ` by ci (job cancelled)`: who released it and why; `released`, the reason of a release that gave none, says nothing more. */
 function releasedBy(d: { reason: string; author: string | null }): string {
@@ -45,6 +57,8 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'lease.acquired': (d) => `Lease acquired on resource ${d.resource} (blueprint ${d.blueprint}).`,
   'lease.activated': (d) => `Lease is active on resource ${d.resource}.`,
   'lease.waiting-for-resources': (d) => `Waiting for resources from ${d.blueprints.join(', ') || 'no blueprint'}: ${d.reasons.join('; ')}.`,
+  'lease.waiting-for-authorization': (d) =>
+    `Waiting for authorization of owner ${d.owner}${d.inheritedFrom ? ` (inherited from resource ${d.inheritedFrom})` : ''} on ${plural('blueprint', d.blueprints)}${d.declined.length ? ` (declined on ${d.declined.join(', ')})` : ''}.`,
   'lease.allocation-failure': (d) => `Allocation ${d.attempt ?? ''} through ${d.blueprint} failed: ${d.reason}${d.retryAt ? `; next allocation not before ${d.retryAt}` : '; giving up'}.`,
   'lease.reclaim': (d) => `Reclaiming idle resource ${d.resource} of ${d.blueprint} to make room.`,
   'lease.released': (d) => `Lease released${releasedBy(d)}.`,
@@ -69,6 +83,9 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
     `Hook ${d.hook} failed: ${d.error}${d.code ? ` [${d.code}]` : ''}` + (d.retry ? `; retry ${d.attempt ?? ''} at ${d.retryAt}.` : '.'),
   'hook.retry-later': (d) => `Hook ${d.hook} asked to retry later (${d.reason}); next try at ${d.retryAt}.`,
   'command.rejected': (d) => `Command ${d.command} rejected: ${d.reason}.`,
+  'authorization.requested': (d) => `Authorization of owner ${d.owner} on blueprint ${d.blueprint} requested${d.lease ? ` for lease ${d.lease}` : ''}${d.author ? ` by ${d.author}` : ''}.`,
+  'authorization.authorized': (d) => `Owner ${d.owner} authorized on blueprint ${d.blueprint}${changedBy(d)}.`,
+  'authorization.declined': (d) => `Owner ${d.owner} declined on blueprint ${d.blueprint}${changedBy(d)}.`,
   'status.changed': (d) => `${d.kind} status ${d.from} → ${d.to}.`,
   'blueprint.note': (d) => d.message,
 };

@@ -1,5 +1,6 @@
 import type { DateTime, Duration } from 'luxon';
 import type { LogDataByType, LogType } from '../logs/log-types.js';
+import type { AuthorizationRecord, AuthorizationState } from '../model/authorizations.js';
 import type { LeaseRecord, ResourceRecord } from '../model/lease.js';
 import type { JsonObject } from '../model/spec.js';
 import type { LeaseStatus, ObjectKind, ResourceStatus } from '../model/states.js';
@@ -35,6 +36,11 @@ export interface LeaseRow extends LeaseRecord {
   endCause: 'expired' | 'timeout' | null;
   /** Whether unconsumed commands to this lease existed when the row was read. */
   hasCommands: boolean;
+  /**
+   * The owner whose authorization the allocator checks: the lease's own owner, or for a
+   * child lease the authorizing owner of its parent resource. Null: none (never authorized).
+   */
+  authorizingOwner: string | null;
 }
 
 /** What `lease.signal` needs to know of a lease. */
@@ -56,6 +62,8 @@ export interface ResourceRow extends ResourceRecord {
   buildFailed: boolean;
   /** Whether unconsumed commands to this resource existed when the row was read. */
   hasCommands: boolean;
+  /** The authorizing owner of the lease that drove its allocation: what its child leases are authorized as. */
+  authorizingOwner: string | null;
 }
 
 export interface CommandRow {
@@ -282,8 +290,8 @@ export interface StoreBackend {
    * met again and again is one row (invariant 5), not a row per retry.
    */
   logCoalesced<T extends string>(unit: Unit, entry: LogInsert<T>, same: string[], since?: DateTime): Promise<void>;
-  /** Counts one more occurrence of log row `id`, with `data` as its latest values. */
-  bumpLog(unit: Unit, id: number, data: JsonObject): Promise<boolean>;
+  /** Counts one more occurrence of log row `id`, with `data` as its latest values; with `type`, only if the row is of that type. */
+  bumpLog(unit: Unit, id: number, data: JsonObject, type?: string | null): Promise<boolean>;
   /** The object's work item, due at `runAt` (null: now), created if it has none. */
   ensureWork(unit: Unit, kind: ObjectKind, id: string, runAt: DateTime | null, priority?: number, seq?: number): Promise<void>;
   /** Makes the work items of these objects due now, counting a wake on each (a running pass then goes once more). */
@@ -294,7 +302,7 @@ export interface StoreBackend {
    * that could not use it, and only to those that ask for something else (type,
    * attributes, blueprints), since a lease that asks for the same would be refused the same.
    */
-  wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints'>): Promise<string | null>;
+  wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints' | 'authorizingOwner'>): Promise<string | null>;
   /**
    * Freed capacity on an active resource goes to the best-ranked waiting lease: it is
    * woken and the resource is reserved for it, so a newcomer cannot jump the queue.
@@ -370,7 +378,7 @@ export interface StoreBackend {
   /** Takes the first free one of a blueprint's `maxResources` capacity slots for a new resource; false when all are held. */
   takeCapacitySlot(unit: Unit, blueprint: string, maxResources: number, resourceId: string): Promise<boolean>;
   /** A new pending resource, reserved for the lease that drives it, with its work item. */
-  insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string }): Promise<void>;
+  insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string; authorizingOwner: string | null }): Promise<void>;
   /** The idle resource of a full blueprint that lease `leaseId` may reclaim (idle since `idleBefore` or earlier); with a unit, row-locked (SKIP LOCKED). */
   reclaimable(blueprint: string, idleBefore: DateTime, leaseId: string, unit?: Unit): Promise<string | null>;
   /** Whether a lease still wants a resource of `blueprint` being built: the one it is reserved for, or a waiting lease of the type. */
@@ -406,6 +414,33 @@ export interface StoreBackend {
   childLease(resourceId: string, key: string): Promise<LeaseRow | null>;
   /** The ids of a resource's child leases that are not on their way out yet. */
   liveChildLeases(unit: Unit, resourceId: string): Promise<string[]>;
+
+  // --- Authorizations (see lib/store/sql/authorizations.ts)
+
+  /** The deciding authorization row of `owner` on each of `blueprints` that has one (a snapshot read). */
+  authorizationStates(blueprints: string[], owner: string): Promise<Map<string, AuthorizationRecord>>;
+  /**
+   * Inside the allocator's transaction: the state that decides for `owner` on `blueprint`,
+   * read under the blueprint's authorization lock, held shared until the unit ends (null:
+   * no decision, or no owner).
+   */
+  authorizationGate(unit: Unit, blueprint: string, owner: string | null): Promise<AuthorizationState | null>;
+  /** Serializes the changes of a blueprint's authorizations with each other and with the allocator's checks, until the unit ends. */
+  lockAuthorizations(unit: Unit, blueprint: string): Promise<void>;
+  /** The row of exactly this blueprint and owner pattern, if any. */
+  authorizationRow(unit: Unit, blueprint: string, pattern: string): Promise<AuthorizationRecord | null>;
+  /** A `requested` row for the pattern unless it has one already; the row, and whether this call wrote it. */
+  requestAuthorization(unit: Unit, blueprint: string, pattern: string, author: string | null): Promise<{ record: AuthorizationRecord; created: boolean }>;
+  /** Sets the pattern's state (creating its row); null when it already was in that state. */
+  setAuthorization(unit: Unit, blueprint: string, pattern: string, state: AuthorizationState, author: string | null): Promise<AuthorizationRecord | null>;
+  /** Wakes the pending leases of `type` (null: any) that may use the blueprint and whose authorizing owner the pattern covers; their ids. */
+  wakeForAuthorization(unit: Unit, blueprint: string, pattern: string, type: string | null): Promise<string[]>;
+  /** Rows for `broker.authorizations.list`; `owner` selects the rows that cover it, the deciding one first. */
+  listAuthorizations(q: { blueprint?: string; owner?: string; state?: AuthorizationState }): Promise<AuthorizationRecord[]>;
+  /** Pending leases whose wait is for an authorization, by type. */
+  waitingForAuthorization(): Promise<Array<{ type: string; n: number }>>;
+  /** Rows in state `requested`, by blueprint. */
+  requestedAuthorizations(): Promise<Array<{ blueprint: string; n: number }>>;
 
   // --- Reads and stats for the public API
 

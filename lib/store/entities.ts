@@ -32,6 +32,7 @@ export interface LeaseRow {
   lastFailure: string | null;
   allocateAfter: Date | null;
   endCause: string | null;
+  authorizingOwner: string | null;
 }
 
 export interface ResourceRow {
@@ -50,6 +51,7 @@ export interface ResourceRow {
   idleSince: Date | null;
   leaseCount: number;
   buildFailed: boolean;
+  authorizingOwner: string | null;
 }
 
 export interface LogRow {
@@ -104,6 +106,15 @@ export interface BlueprintFailureRow {
   retryAt: Date;
 }
 
+export interface AuthorizationRow {
+  blueprint: string;
+  ownerPattern: string;
+  state: string;
+  createdAt: Date;
+  changedAt: Date;
+  changedBy: string | null;
+}
+
 export interface MigrationRow {
   id: number;
   name: string;
@@ -118,6 +129,7 @@ export interface SlipwayEntities {
   WorkItem: EntitySchema<WorkItemRow>;
   SlotLock: EntitySchema<SlotLockRow>;
   BlueprintFailure: EntitySchema<BlueprintFailureRow>;
+  Authorization: EntitySchema<AuthorizationRow>;
   Migration: EntitySchema<MigrationRow>;
 }
 
@@ -175,6 +187,7 @@ export function slipwayEntities(options: { schema?: string } = {}): SlipwayEntit
       lastFailure: text('last_failure', true),
       allocateAfter: time('allocate_after', true),
       endCause: text('end_cause', true),
+      authorizingOwner: text('authorizing_owner', true),
     }),
     Resource: entity<ResourceRow>('SlipwayResource', schema, 'resources', {
       id: primary(text('id')),
@@ -192,6 +205,7 @@ export function slipwayEntities(options: { schema?: string } = {}): SlipwayEntit
       idleSince: time('idle_since', true),
       leaseCount: int('lease_count'),
       buildFailed: bool('build_failed'),
+      authorizingOwner: text('authorizing_owner', true),
     }),
     Log: entity<LogRow>('SlipwayLog', schema, 'logs', {
       id: { ...identity('id'), primary: true },
@@ -239,6 +253,14 @@ export function slipwayEntities(options: { schema?: string } = {}): SlipwayEntit
       lastError: text('last_error'),
       lastFailureAt: time('last_failure_at'),
       retryAt: time('retry_at'),
+    }),
+    Authorization: entity<AuthorizationRow>('SlipwayAuthorization', schema, 'authorizations', {
+      blueprint: primary(text('blueprint')),
+      ownerPattern: primary(text('owner_pattern')),
+      state: text('state'),
+      createdAt: time('created_at'),
+      changedAt: time('changed_at'),
+      changedBy: text('changed_by', true),
     }),
     Migration: entity<MigrationRow>('SlipwayMigration', schema, 'migrations', {
       id: primary(int('id')),

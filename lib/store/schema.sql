@@ -2,6 +2,20 @@
 -- catalogs by test/helpers/schema-dump.ts. Do not edit: `npm run schema:dump` writes it, and
 -- test/schema-dump.test.ts fails when the migrations and this file disagree.
 
+CREATE TABLE slipway.authorizations (
+  blueprint text NOT NULL,
+  owner_pattern text NOT NULL,
+  state text NOT NULL,
+  created_at timestamp with time zone NOT NULL,
+  changed_at timestamp with time zone NOT NULL,
+  changed_by text,
+  CONSTRAINT authorizations_owner_pattern_check CHECK (((owner_pattern <> ''::text) AND ((POSITION(('*'::text) IN (owner_pattern)) = 0) OR ((owner_pattern ~~ '%/*'::text) AND (POSITION(('*'::text) IN (owner_pattern)) = length(owner_pattern)) AND (length(owner_pattern) > 2))))),
+  CONSTRAINT authorizations_pkey PRIMARY KEY (blueprint, owner_pattern),
+  CONSTRAINT authorizations_state_check CHECK ((state = ANY (ARRAY['requested'::text, 'authorized'::text, 'declined'::text])))
+);
+
+CREATE UNIQUE INDEX authorizations_pkey ON slipway.authorizations USING btree (blueprint, owner_pattern);
+
 CREATE TABLE slipway.blueprint_failures (
   blueprint text NOT NULL,
   streak integer NOT NULL,
@@ -58,6 +72,7 @@ CREATE TABLE slipway.leases (
   last_failure text,
   allocate_after timestamp with time zone,
   end_cause text,
+  authorizing_owner text,
   CONSTRAINT leases_allocation_failures_check CHECK ((allocation_failures >= 0)),
   CONSTRAINT leases_end_cause_check CHECK ((end_cause = ANY (ARRAY['expired'::text, 'timeout'::text]))),
   CONSTRAINT leases_pkey PRIMARY KEY (id),
@@ -115,6 +130,7 @@ CREATE TABLE slipway.resources (
   idle_since timestamp with time zone,
   lease_count integer DEFAULT 0 NOT NULL,
   build_failed boolean DEFAULT false NOT NULL,
+  authorizing_owner text,
   CONSTRAINT resources_lease_count_check CHECK ((lease_count >= 0)),
   CONSTRAINT resources_pkey PRIMARY KEY (id),
   CONSTRAINT resources_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'active'::text, 'released'::text, 'broken'::text, 'destroyed'::text])))

@@ -3,6 +3,7 @@ import type { DateTime, Duration } from 'luxon';
 import type { Clock } from '../clock.js';
 import { IllegalTransitionError } from '../errors/illegal-transition-error.js';
 import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
+import type { AuthorizationRecord, AuthorizationState } from '../model/authorizations.js';
 import type { JsonObject } from '../model/spec.js';
 import { isLegalTransition, type LeaseStatus, type ObjectKind, type ResourceStatus } from '../model/states.js';
 import { fromDb, toDb } from '../time.js';
@@ -38,6 +39,7 @@ export function mapLease(r: Record<string, any>): LeaseRow {
     lastFailure: r.last_failure ?? null,
     allocateAfter: fromDb(r.allocate_after),
     endCause: r.end_cause ?? null,
+    authorizingOwner: r.authorizing_owner ?? null,
     hasCommands: Boolean(r.has_commands),
   };
 }
@@ -59,6 +61,7 @@ export function mapResource(r: Record<string, any>): ResourceRow {
     idleSince: fromDb(r.idle_since),
     leaseCount: Number(r.lease_count ?? 0),
     buildFailed: Boolean(r.build_failed),
+    authorizingOwner: r.authorizing_owner ?? null,
     hasCommands: Boolean(r.has_commands),
   };
 }
@@ -73,6 +76,10 @@ export function slotConflictKeys(error: unknown): string[] | null {
   } catch {
     return [];
   }
+}
+
+export function mapAuthorization(r: Record<string, any>): AuthorizationRecord {
+  return { blueprint: r.blueprint, owner: r.owner_pattern, state: r.state, createdAt: fromDb(r.created_at)!, changedAt: fromDb(r.changed_at)!, changedBy: r.changed_by ?? null };
 }
 
 export function mapBlueprintFailure(r: Record<string, any>): BlueprintFailure {
@@ -364,10 +371,10 @@ export class Store implements StoreBackend {
       WITH ${take.map((t) => `${t.name} AS (${t.sql(p)})`).join(', ')},
       l AS (
         INSERT INTO ${this.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key,
-                                      resource_id, phase, phase_attempts, created_at, status_changed_at)
+                                      authorizing_owner, resource_id, phase, phase_attempts, created_at, status_changed_at)
         SELECT ${p.add(lease.id)}, ${p.add(lease.type)}, 'acquired', ${p.add(JSON.stringify(attributes))}::jsonb, ${p.add(lease.blueprints)}::text[], ${p.add(lease.owner)},
                ${p.add(lease.priority)}::integer, ${p.add(toDb(lease.expiresAt))}::timestamptz, ${p.add(toDb(lease.deadlineAt))}::timestamptz,
-               ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, taken.id, 'activate', 1, ${now}, ${now}
+               ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, ${this.authorizingOwner(p, lease)}, taken.id, 'activate', 1, ${now}, ${now}
         FROM taken WHERE NOT EXISTS (SELECT 1 FROM conflicts)
         RETURNING *
       ), w AS (
@@ -397,6 +404,15 @@ export class Store implements StoreBackend {
         (SELECT ${this.s}.undo('SW002', 'the lease moved on while the resource was taken for it', '') WHERE EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM ${lease})))`;
   }
 
+  /**
+   * The authorizing owner of a new lease: its own owner, or for a child lease the one its
+   * parent resource was built for (read in the inserting statement, so it is the row's).
+   */
+  private authorizingOwner(p: Params, lease: NewLease): string {
+    if (lease.parentResourceId === null) return `${p.add(lease.owner)}::text`;
+    return `(SELECT r.authorizing_owner FROM ${this.s}.resources r WHERE r.id = ${p.add(lease.parentResourceId)})`;
+  }
+
   /** The INSERT of log entries, one row per entry for each row of `source`, in the entries' order. */
   private logsFrom(source: string, entries: LogInsert[], p: Params, at: string, blueprintFromSource: boolean): string {
     const json = entries.map((e, ord) => ({ ord, type: e.type, blueprint: e.blueprint ?? null, resource_id: e.resource ?? null, lease_id: e.lease ?? null, data: e.data ?? {} }));
@@ -420,10 +436,11 @@ export class Store implements StoreBackend {
     const now = p.add(toDb(unit.now));
     const text = `
       WITH l AS (
-        INSERT INTO ${this.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key, created_at, status_changed_at)
+        INSERT INTO ${this.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key,
+                                      authorizing_owner, created_at, status_changed_at)
         VALUES (${p.add(lease.id)}, ${p.add(lease.type)}, 'pending', ${p.add(JSON.stringify(lease.attributes))}::jsonb, ${p.add(lease.blueprints)}::text[], ${p.add(lease.owner)},
                 ${p.add(lease.priority)}::integer, ${p.add(toDb(lease.expiresAt))}::timestamptz, ${p.add(toDb(lease.deadlineAt))}::timestamptz,
-                ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, ${now}, ${now})
+                ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, ${this.authorizingOwner(p, lease)}, ${now}, ${now})
         ON CONFLICT (id) DO NOTHING
         RETURNING *
       ), w AS (
@@ -532,8 +549,8 @@ export class Store implements StoreBackend {
     if (!(matches && (await this.bumpLog(unit, Number(last.id), data)))) await this.log(unit, entry);
   }
 
-  async bumpLog(unit: Unit, id: number, data: JsonObject): Promise<boolean> {
-    const rows = await unit.sql.query(this.sql.bumpLog, [id, toDb(unit.now), JSON.stringify(data)]);
+  async bumpLog(unit: Unit, id: number, data: JsonObject, type: string | null = null): Promise<boolean> {
+    const rows = await unit.sql.query(this.sql.bumpLog, [id, toDb(unit.now), JSON.stringify(data), type]);
     if (rows[0]) unit.logs.push(rows[0]);
     return rows.length > 0;
   }
@@ -555,7 +572,7 @@ export class Store implements StoreBackend {
    * that could not use it, and only to those that ask for something else (type,
    * attributes, blueprints), since a lease that asks for the same would be refused the same.
    */
-  async wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints'>): Promise<string | null> {
+  async wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints' | 'authorizingOwner'>): Promise<string | null> {
     const rows = await unit.sql.query(this.sql.wakeNextWaiting, [
       types,
       blueprints,
@@ -565,6 +582,7 @@ export class Store implements StoreBackend {
       after ? after.type : null,
       after ? JSON.stringify(after.attributes) : null,
       after?.blueprints ?? null,
+      after?.authorizingOwner ?? null,
     ]);
     if (rows[0]) unit.woke = true;
     return rows[0]?.object_id ?? null;
@@ -739,8 +757,8 @@ export class Store implements StoreBackend {
   }
 
   /** A new pending resource, reserved for the lease that drives it, with its work item. */
-  async insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string }): Promise<void> {
-    await unit.sql.query(this.sql.insertPendingResource, [resource.id, resource.type, resource.blueprint, resource.reservedFor, toDb(unit.now)]);
+  async insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string; authorizingOwner: string | null }): Promise<void> {
+    await unit.sql.query(this.sql.insertPendingResource, [resource.id, resource.type, resource.blueprint, resource.reservedFor, toDb(unit.now), resource.authorizingOwner]);
     unit.events.push({ kind: 'resource', id: resource.id, from: null, to: 'pending' });
     await this.ensureWork(unit, 'resource', resource.id, unit.now);
   }
@@ -824,6 +842,74 @@ export class Store implements StoreBackend {
   /** The ids of a resource's child leases that are not on their way out yet. */
   async liveChildLeases(unit: Unit, resourceId: string): Promise<string[]> {
     return (await unit.sql.query(this.sql.liveChildLeases, [resourceId])).map((r) => r.id as string);
+  }
+
+  // --- authorizations -------------------------------------------------------------------
+
+  /** The deciding authorization row of `owner` on each of `blueprints` that has one (a snapshot read). */
+  async authorizationStates(blueprints: string[], owner: string): Promise<Map<string, AuthorizationRecord>> {
+    const rows = await this.db.query(this.sql.authorizationStates, [blueprints, owner]);
+    return new Map(rows.map((r) => [r.blueprint as string, mapAuthorization(r)]));
+  }
+
+  /**
+   * Inside the allocator's transaction: the state that decides for `owner` on `blueprint`,
+   * read under the blueprint's authorization lock, held shared until the transaction ends.
+   */
+  async authorizationGate(unit: Unit, blueprint: string, owner: string | null): Promise<AuthorizationState | null> {
+    await unit.sql.query(this.sql.authorizationLockShared, [this.authorizationLockKey(blueprint)]);
+    if (owner === null) return null;
+    const [row] = await unit.sql.query(this.sql.authorizationStates, [[blueprint], owner]);
+    return row ? (row.state as AuthorizationState) : null;
+  }
+
+  /** Serializes the changes of a blueprint's authorizations with each other and with the allocator's checks, until the unit ends. */
+  async lockAuthorizations(unit: Unit, blueprint: string): Promise<void> {
+    await unit.sql.query(this.sql.authorizationLock, [this.authorizationLockKey(blueprint)]);
+  }
+
+  private authorizationLockKey(blueprint: string): string {
+    return `slipway:auth:${this.db.schema}:${blueprint}`;
+  }
+
+  /** The row of exactly this blueprint and owner pattern, if any. */
+  async authorizationRow(unit: Unit, blueprint: string, pattern: string): Promise<AuthorizationRecord | null> {
+    const [row] = await unit.sql.query(this.sql.authorizationRow, [blueprint, pattern]);
+    return row ? mapAuthorization(row) : null;
+  }
+
+  /** A `requested` row for the pattern unless it has one already; the row, and whether this call wrote it. */
+  async requestAuthorization(unit: Unit, blueprint: string, pattern: string, author: string | null): Promise<{ record: AuthorizationRecord; created: boolean }> {
+    const [row] = await unit.sql.query(this.sql.requestAuthorization, [blueprint, pattern, toDb(unit.now), author]);
+    if (row) return { record: mapAuthorization(row), created: true };
+    return { record: (await this.authorizationRow(unit, blueprint, pattern))!, created: false };
+  }
+
+  /** Sets the pattern's state (creating its row); null when it already was in that state. */
+  async setAuthorization(unit: Unit, blueprint: string, pattern: string, state: AuthorizationState, author: string | null): Promise<AuthorizationRecord | null> {
+    const [row] = await unit.sql.query(this.sql.setAuthorization, [blueprint, pattern, state, toDb(unit.now), author]);
+    return row ? mapAuthorization(row) : null;
+  }
+
+  /** Wakes the pending leases a change of the pattern on the blueprint concerns (see the statement); their ids. */
+  async wakeForAuthorization(unit: Unit, blueprint: string, pattern: string, type: string | null): Promise<string[]> {
+    const rows = await unit.sql.query(this.sql.wakeForAuthorization, [blueprint, pattern, type, toDb(unit.now)]);
+    if (rows.length > 0) unit.woke = true;
+    return rows.map((r) => r.object_id as string);
+  }
+
+  async listAuthorizations(q: { blueprint?: string; owner?: string; state?: AuthorizationState }): Promise<AuthorizationRecord[]> {
+    return (await this.db.query(this.sql.listAuthorizations, [q.blueprint ?? null, q.owner ?? null, q.state ?? null])).map(mapAuthorization);
+  }
+
+  /** Pending leases whose wait is for an authorization, by type. */
+  async waitingForAuthorization(): Promise<Array<{ type: string; n: number }>> {
+    return (await this.db.query(this.sql.waitingForAuthorization)).map((r) => ({ type: r.type, n: Number(r.n) }));
+  }
+
+  /** Rows in state `requested`, by blueprint. */
+  async requestedAuthorizations(): Promise<Array<{ blueprint: string; n: number }>> {
+    return (await this.db.query(this.sql.requestedAuthorizations)).map((r) => ({ blueprint: r.blueprint, n: Number(r.n) }));
   }
 
   // --- the public API's reads --------------------------------------------------------

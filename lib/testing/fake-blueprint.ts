@@ -74,6 +74,8 @@ export interface FakeBlueprintOptions {
   /** Per-hook timeouts, as in the blueprint options. */
   timeouts?: HookTimeouts;
   enabled?: boolean;
+  /** Serve only authorized owners, as in the blueprint options. @defaultValue false */
+  requireAuthorization?: boolean;
   /** One lease per resource at a time (a slot lock per resource, and `limits.maxLeasesPerResource` 1 unless given). @defaultValue false */
   exclusive?: boolean;
   /** Milliseconds each hook waits before it answers (real time, so keep them small). */
@@ -217,6 +219,6 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
     },
   });
   const limits = options.exclusive ? { maxLeasesPerResource: 1, ...options.limits } : options.limits;
-  const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits, enabled: options.enabled, timeouts: options.timeouts });
+  const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits, enabled: options.enabled, requireAuthorization: options.requireAuthorization, timeouts: options.timeouts });
   return Object.assign(Object.create(null), blueprint, { calls, history, fail, commands }) as FakeBlueprint;
 }

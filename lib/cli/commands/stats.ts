@@ -42,7 +42,7 @@ export function registerStats(program: Command, io: Io): void {
       const typeRows = Object.entries(stats.types).map(([type, t]) => [
         type,
         String(t.leases.active),
-        String(t.waiting),
+        t.waitingForAuthorization ? `${t.waiting} (${t.waitingForAuthorization} for authorization)` : String(t.waiting),
         String(t.live),
         String(t.deletionLane),
         oldest(t.oldestAgeMs, stuckMs, p, stuck, `type ${type} leases:`),

@@ -10,9 +10,10 @@ export function allocationWrites(S: string) {
     lockLeasePointer: `SELECT allocating_resource_id FROM ${S}.leases WHERE id = $1 AND status = 'pending' FOR UPDATE`,
     // A new resource, reserved for the lease that drives it; inserted in the transaction
     // that holds the blueprint's allocation lock and, with maxResources, a capacity slot.
+    // It keeps that lease's authorizing owner ($6), which its child leases inherit.
     insertPendingResource: `
-      INSERT INTO ${S}.resources (id, type, blueprint, status, attributes, reserved_for, created_at, status_changed_at)
-      VALUES ($1, $2, $3, 'pending', '{}'::jsonb, $4, $5, $5)`,
+      INSERT INTO ${S}.resources (id, type, blueprint, status, attributes, reserved_for, authorizing_owner, created_at, status_changed_at)
+      VALUES ($1, $2, $3, 'pending', '{}'::jsonb, $4, $6, $5, $5)`,
     // SKIP LOCKED: two leases reclaiming at once never pick the same resource.
     lockReclaimable: (reclaimable: string) => `${reclaimable} FOR UPDATE OF r SKIP LOCKED`,
     // A requeued lease no longer counts on its resource (the resource's worker decides under its own claim).

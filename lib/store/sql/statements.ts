@@ -5,6 +5,7 @@
  */
 
 import { allocationWrites } from './allocation-writes.js';
+import { authorizationStatements } from './authorizations.js';
 import { casWrites } from './cas-writes.js';
 import { queries } from './queries.js';
 
@@ -30,6 +31,7 @@ export function statements(schema: string) {
     ...queries(S),
     ...allocationWrites(S),
     ...casWrites(S),
+    ...authorizationStatements(S),
     // Plain reads; the EXISTS tells the object's worker whether commands wait for it,
     // saving a second round trip on every pass.
     leaseWithCommands: `
@@ -131,8 +133,9 @@ export function statements(schema: string) {
     // A lease in the middle of a pass can take the wake too: the bumped wake_count makes
     // it look again when the pass ends. One that already holds a wake ('chained') gets a
     // second only when no other lease can take it: its pass may have looked too early.
-    // A wake passed on ($4-$8) goes only to leases ranked after the one that passed it and
-    // asking for something else: one asking for the same would be refused the same.
+    // A wake passed on ($4-$9) goes only to leases ranked after the one that passed it and
+    // asking for something else: one asking for the same (for the same authorizing owner)
+    // would be refused the same.
     wakeNextWaiting: (() => {
       const waiting = (extra: string) => `
         SELECT w.object_kind, w.object_id FROM ${S}.work_items w
@@ -142,7 +145,7 @@ export function statements(schema: string) {
           -- A lease that drives an allocation or holds a reservation waits for that one.
           AND l.allocating_resource_id IS NULL
           AND ($4::bigint IS NULL OR (l.priority, -l.seq) < ($5::integer, -$4::bigint))
-          AND ($6::text IS NULL OR NOT (l.type = $6 AND l.attributes = $7::jsonb AND l.blueprints IS NOT DISTINCT FROM $8::text[]))
+          AND ($6::text IS NULL OR NOT (l.type = $6 AND l.attributes = $7::jsonb AND l.blueprints IS NOT DISTINCT FROM $8::text[] AND l.authorizing_owner IS NOT DISTINCT FROM $9::text))
           AND ${extra}
         ORDER BY l.priority DESC, l.seq
         LIMIT 1
@@ -235,7 +238,8 @@ export function statements(schema: string) {
     insertLog: `
       INSERT INTO ${S}.logs (type, blueprint, resource_id, lease_id, data, at, last_at)
       VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6) RETURNING *`,
-    bumpLog: `UPDATE ${S}.logs SET count = count + 1, last_at = $2, data = $3::jsonb WHERE id = $1 RETURNING *`,
+    // $4: only a row of that type (a wait row a lease points at may be of another kind of wait).
+    bumpLog: `UPDATE ${S}.logs SET count = count + 1, last_at = $2, data = $3::jsonb WHERE id = $1 AND ($4::text IS NULL OR type = $4) RETURNING *`,
   };
 }
 
