@@ -229,6 +229,21 @@ describe('renewal on the real clock, as users run it', () => {
   });
 });
 
+describe('keepAlive through hooks longer than the ttl, on the real clock', () => {
+  test('a lease whose activateLease outlasts its 400 ms ttl is kept alive and handed over active, the hook called once', async () => {
+    const slow = fakeBlueprint({ name: 'slow', type: 'host', delays: { activateLease: 1_200 } });
+    const broker = await realBroker({ blueprints: [slow], sweepInterval: { milliseconds: 100 } });
+    const lease = await broker.acquire({ type: 'host', owner: 'slow', ttl: { milliseconds: 400 }, keepAlive: { every: { milliseconds: 100 } } });
+    expect(lease.status).toBe('active');
+    expect(lease.signal.aborted).toBe(false);
+    expect(slow.calls.activateLease).toBe(1);
+    await lease.release();
+    // Without keepAlive the same lease expires before it becomes active.
+    await expect(broker.acquire({ type: 'host', owner: 'slow', ttl: { milliseconds: 400 } })).rejects.toThrow(/expired .* before it became active|expired at .* as it became active/);
+    await broker.close();
+  });
+});
+
 describeOnPostgres('renewal across two brokers on one schema', () => {
   test('an operator broker extends a lease held through another; the holder\'s signal learns the new expiry', async () => {
     const database: DatabaseOptions = { url: tierUrl!, schema: freshSchema('two'), poolSize: 4 };

@@ -87,8 +87,9 @@ async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promi
 
 /**
  * Moves a live lease's expiry to the command's `until`. Refused when the lease is on its
- * way out, when its expiry has passed already (its holder's signal has aborted: the lease
- * is over even if this worker has not released it yet), or when `until` has passed by now.
+ * way out, when it is active and its expiry has passed already (its holder's signal has
+ * aborted: the lease is over even if this worker has not released it yet), or when `until`
+ * has passed by now.
  */
 async function extend(rt: Runtime, lease: LeaseRow, command: CommandRow): Promise<LeaseMoved | null> {
   const { store } = rt;
@@ -96,7 +97,9 @@ async function extend(rt: Runtime, lease: LeaseRow, command: CommandRow): Promis
   const now = rt.clock.now();
   let refusal: string | null = null;
   if (!LEASE_STATE_FLAGS[lease.status].live) refusal = `no effect: lease is already ${lease.status}`;
-  else if (lease.expiresAt && lease.expiresAt <= now) refusal = `rejected: lease expired at ${lease.expiresAt.toUTC().toISO()}`;
+  // An active lease past its expiry is over: its holder's signal has aborted. One not active
+  // yet has no holder to tell, and a renewal written while a hook ran (a keepalive) keeps it.
+  else if (lease.status === 'active' && lease.expiresAt && lease.expiresAt <= now) refusal = `rejected: lease expired at ${lease.expiresAt.toUTC().toISO()}`;
   else if (!until?.isValid) refusal = 'rejected: no valid until';
   else if (until <= now) refusal = `rejected: ${until.toUTC().toISO()} has passed`;
   if (refusal) {

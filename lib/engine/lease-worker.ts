@@ -44,6 +44,12 @@ export async function processLease(rt: Runtime, claim: LeaseClaim, known?: Lease
     if (moved?.trouble) {
       result = await hookTrouble(rt, lease, moved.trouble);
     } else if (LEASE_STATE_FLAGS[lease.status].live && lease.expiresAt && lease.expiresAt <= now) {
+      // The row a step returned does not show commands written while the step ran (a
+      // keepalive's renewal during a long hook): a lease not active yet is read again first.
+      if (moved && lease.status !== 'active') {
+        moved = null;
+        continue;
+      }
       result = await release(rt, lease, 'lease.expired', { at: lease.expiresAt.toISO()! }, 'expired');
     } else if (LEASE_STATE_FLAGS[lease.status].live && lease.status !== 'active' && lease.deadlineAt && lease.deadlineAt <= now) {
       result = await release(rt, lease, 'lease.timeout', { timeout: timeoutText(lease) }, 'timeout');
@@ -156,6 +162,9 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
     return REREAD;
   }
   const attributes = result.value?.attributes ? { ...lease.attributes, ...result.value.attributes } : lease.attributes;
+  // Expired while the hook ran: a renewal written meanwhile (a keepalive) is applied first,
+  // so the activating statement, which checks the expiry, sees it and the hook is not run again.
+  if (lease.expiresAt && lease.expiresAt <= rt.clock.now()) await consumeCommands(rt, 'lease', lease.id);
   // One statement: while activateLease ran, the lease may have been released (acquire()
   // gave up, its holder let go), its resource may have broken, or it may have expired (its
   // late hook ran past expires_at). The late result then never activates it; a break after
