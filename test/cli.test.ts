@@ -88,7 +88,7 @@ describe(`slipway on the ${tier} tier`, () => {
   });
 
   test('lease --keep-alive renews a short ttl while the command runs past it', async () => {
-    const result = await cli(['lease', '--type', 'host', '--ttl', '1s', '--keep-alive', '--owner', 'ci-ka', ...withConfig(), '--', 'sh', '-c', 'sleep 3; echo done'], { env });
+    const result = await cli(['lease', '--type', 'host', '--ttl', '2s', '--keep-alive', '--owner', 'ci-ka', ...withConfig(), '--', 'sh', '-c', 'sleep 5; echo done'], { env });
     expect(result).toMatchObject({ code: 0, stdout: 'done\n' });
     expect(result.stderr).not.toMatch(/expired/);
     const id = /lease (lease_\w+) requested/.exec(result.stderr)![1];

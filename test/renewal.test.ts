@@ -202,11 +202,11 @@ describe('keepAlive, on the manual clock', () => {
 });
 
 describe('renewal on the real clock, as users run it', () => {
-  test('keepAlive holds a lease with a 600 ms ttl for 2.5 s; extend() moves the signal; release ends it', async () => {
+  test('keepAlive holds a lease with a 1.5 s ttl for 4 s; extend() moves the signal; release ends it', async () => {
     const broker = await realBroker({ blueprints: [hosts()], sweepInterval: { milliseconds: 100 } });
-    const lease = await broker.acquire({ type: 'host', owner: 'real', ttl: { milliseconds: 600 }, keepAlive: { every: { milliseconds: 150 } } });
+    const lease = await broker.acquire({ type: 'host', owner: 'real', ttl: { milliseconds: 1_500 }, keepAlive: { every: { milliseconds: 300 } } });
     const signal = lease.signal;
-    await sleep(2_500);
+    await sleep(4_000);
     expect(signal.aborted).toBe(false);
     const row = (await broker.leases.get(lease.id))!;
     expect(row.status).toBe('active');
@@ -230,16 +230,16 @@ describe('renewal on the real clock, as users run it', () => {
 });
 
 describe('keepAlive through hooks longer than the ttl, on the real clock', () => {
-  test('a lease whose activateLease outlasts its 400 ms ttl is kept alive and handed over active, the hook called once', async () => {
-    const slow = fakeBlueprint({ name: 'slow', type: 'host', delays: { activateLease: 1_200 } });
+  test('a lease whose activateLease outlasts its 1 s ttl is kept alive and handed over active, the hook called once', async () => {
+    const slow = fakeBlueprint({ name: 'slow', type: 'host', delays: { activateLease: 2_500 } });
     const broker = await realBroker({ blueprints: [slow], sweepInterval: { milliseconds: 100 } });
-    const lease = await broker.acquire({ type: 'host', owner: 'slow', ttl: { milliseconds: 400 }, keepAlive: { every: { milliseconds: 100 } } });
+    const lease = await broker.acquire({ type: 'host', owner: 'slow', ttl: { milliseconds: 1_000 }, keepAlive: { every: { milliseconds: 200 } } });
     expect(lease.status).toBe('active');
     expect(lease.signal.aborted).toBe(false);
     expect(slow.calls.activateLease).toBe(1);
     await lease.release();
     // Without keepAlive the same lease expires before it becomes active.
-    await expect(broker.acquire({ type: 'host', owner: 'slow', ttl: { milliseconds: 400 } })).rejects.toThrow(/expired .* before it became active|expired at .* as it became active/);
+    await expect(broker.acquire({ type: 'host', owner: 'slow', ttl: { milliseconds: 1_000 } })).rejects.toThrow(/expired .* before it became active|expired at .* as it became active/);
     await broker.close();
   });
 });

@@ -5,9 +5,9 @@ await using broker = await createBroker({ blueprints: [localHosts({ name: 'local
 
 // Renewed every third of its ttl while this process lives. Should the process die, the
 // lease expires one ttl after the last renewal, not at some far expiry.
-const lease = await broker.acquire({ type: 'host', owner: 'deploy-7', ttl: { seconds: 1 }, keepAlive: true });
-await lease.interface('command').run(['sleep', '2']); // runs past the 1 s ttl
-console.log(`after 2 s: ${(await broker.leases.get(lease.id))!.status}`);
+const lease = await broker.acquire({ type: 'host', owner: 'deploy-7', ttl: { seconds: 3 }, keepAlive: true });
+await lease.interface('command').run(['sleep', '4']); // runs past the 3 s ttl
+console.log(`after 4 s: ${(await broker.leases.get(lease.id))!.status}`);
 
 // By hand: the lease now expires an hour from now ({ until: date } sets a time instead).
 const until = await lease.extend({ hours: 1 });
