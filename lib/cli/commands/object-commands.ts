@@ -62,7 +62,7 @@ export function registerObjectCommands(program: Command, io: Io): void {
       if (flags.json) return io.out(json({ lease: id, expiresAt: at, applied }));
       io.out(
         applied
-          ? `lease ${id} now expires at ${at} (${relativeTime(until)})`
+          ? `lease ${id} now expires at ${at} (${flags.ttl !== undefined ? `${flags.ttl} from now` : relativeTime(until)})`
           : `renewal of lease ${id} to ${at} requested; no worker applied it within ${flags.wait} (is a \`slipway worker\` running?)`,
       );
     });
