@@ -23,7 +23,7 @@ export function renewalTime(ctx: BrokerContext, renewal: unknown, field = 'renew
     if ('until' in renewal) return expiryTime(renewal.until, `${field}.until`, now);
     return now.plus(boundedDuration(renewal.ttl, `${field}.ttl`));
   }
-  // A bare duration is a ttl: `lease.extend('30m')`, `lease.extend({ minutes: 30 })`.
+  // A bare duration is a ttl: `lease.extend('PT30M')`, `lease.extend({ minutes: 30 })`.
   return now.plus(boundedDuration(renewal, field));
 }
 

@@ -68,7 +68,7 @@ export interface Lease<LeaseAttrs extends JsonObject = JsonObject, ResourceAttrs
    */
   release(options?: { wait?: boolean }): Promise<void>;
   /**
-   * Renews the lease: `extend('30m')` (or `{ ttl: '30m' }`) makes it expire 30 minutes from
+   * Renews the lease: `extend({ minutes: 30 })` (or `'PT30M'`, `{ ttl: ... }`) makes it expire 30 minutes from
    * now, `extend({ until })` at that time (later or earlier than before, but in the future).
    * The lease's worker applies it; by default this resolves with the new expiry once it
    * has, and `signal` then aborts at the new expiry instead of the old one. Rejects with
