@@ -200,8 +200,8 @@ describeSsh('sshHosts against a real sshd', () => {
   });
 
   test('a lease that expires stops its running command and, at its destroy, what its commands left in the background', async () => {
-    // Long enough to be acquired and start two commands on a loaded machine.
-    const lease = await acquire({ ttl: { seconds: 5 } });
+    // Long enough to be acquired and start two commands on a loaded machine (5 s was not, in a CI run on 2 busy cores).
+    const lease = await acquire({ ttl: { seconds: 10 } });
     const run = lease.interface('command').run;
     const background = Number((await run(['sh', '-c', 'sleep 60 >/dev/null 2>&1 & echo $!'])).stdout);
     const pidFile = join(lease.interface('filesystem').path, 'long.pid');
