@@ -25,9 +25,10 @@ export interface SlipwayMetricsOptions {
    */
   registry?: Registry;
   /**
-   * How long one `broker.stats()` read serves scrapes, on the broker's clock. Scrapes
-   * meanwhile, and scrapes during the read, get its figures: the database sees at most one
-   * stats query per period, however many scrapers there are.
+   * How long one `broker.stats()` read serves scrapes after it began, on the broker's
+   * clock. Scrapes meanwhile, and scrapes during the read, get its figures: the database
+   * sees at most one stats query per period, however many scrapers there are. With 0,
+   * each scrape reads once (its gauges share the read).
    * @defaultValue 1 second
    */
   statsCacheTtl?: DurationInput;
@@ -184,22 +185,31 @@ export function slipwayMetrics(broker: Broker, options: SlipwayMetricsOptions = 
 }
 
 /**
- * `broker.stats()` for the gauges: one read per `cacheMs`, shared by every scrape (and every
- * gauge of a scrape) while it runs and after. A failed read is not kept; a closed broker
- * has no figures (null): its series disappear.
+ * `broker.stats()` for the gauges: one read shared by every gauge of a scrape and every
+ * scrape while it runs, and after it for `cacheMs` from its start (even with 0, the gauges
+ * of one scrape read it once, together, and agree). A failed read is not kept; a closed
+ * broker has no figures (null): its series disappear.
  */
 function statsReader(broker: Broker, cacheMs: number): () => Promise<BrokerStats | null> {
-  let cached: { at: number; stats: Promise<BrokerStats | null> } | null = null;
+  let cached: { at: number; stats: Promise<BrokerStats | null>; settled: boolean } | null = null;
   return () => {
     const now = broker.clock.now().toMillis();
-    if (cached && now - cached.at < cacheMs) return cached.stats;
-    const stats = broker.stats().catch((error: unknown) => {
-      if (error instanceof BrokerClosedError) return null;
-      if (cached?.stats === stats) cached = null;
-      throw error;
-    });
-    cached = { at: now, stats };
-    return stats;
+    if (cached && (!cached.settled || now - cached.at < cacheMs)) return cached.stats;
+    const read: { at: number; stats: Promise<BrokerStats | null>; settled: boolean } = { at: now, stats: Promise.resolve(null), settled: false };
+    read.stats = broker.stats().then(
+      (stats) => {
+        read.settled = true;
+        return stats;
+      },
+      (error: unknown) => {
+        read.settled = true;
+        if (error instanceof BrokerClosedError) return null;
+        if (cached === read) cached = null;
+        throw error;
+      },
+    );
+    cached = read;
+    return read.stats;
   };
 }
 

@@ -164,7 +164,7 @@ describe('slipway/metrics', () => {
     await broker.close();
   }, 60_000);
 
-  test('scrapes share one stats() read per statsCacheTtl (1 s by default), concurrent ones included', async () => {
+  test('scrapes share one stats() read per statsCacheTtl (1 s by default), concurrent ones included; the gauges of one scrape read once', async () => {
     const broker = await testBroker({ blueprints: [fakeBlueprint()] });
     const stats = broker.stats.bind(broker);
     let reads = 0;
@@ -176,13 +176,20 @@ describe('slipway/metrics', () => {
     slipwayMetrics(broker, { registry });
     await Promise.all([scrape(registry), scrape(registry), scrape(registry)]);
     expect(reads).toBe(1);
+    // With no cache, each scrape still reads once for its four gauges.
+    const uncached = new Registry();
+    const second = slipwayMetrics(broker, { registry: uncached, statsCacheTtl: 0 });
+    await scrape(uncached);
+    await scrape(uncached);
+    expect(reads).toBe(3);
+    second.stop();
     broker.clock.advance({ milliseconds: 999 });
     await scrape(registry);
-    expect(reads).toBe(1);
+    expect(reads).toBe(3);
     await broker.requestLease({ type: 'fake' });
     broker.clock.advance({ milliseconds: 1 });
     const samples = await scrape(registry);
-    expect(reads).toBe(2);
+    expect(reads).toBe(4);
     expect(valueOf(samples, 'slipway_leases', { type: 'fake', status: 'pending' })).toBe(1);
     await broker.close();
   });
