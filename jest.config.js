@@ -9,6 +9,7 @@ export default {
     '^slipway/blueprints$': '<rootDir>/blueprints/index.ts',
     '^slipway/testing$': '<rootDir>/lib/testing/index.ts',
     '^slipway/typeorm$': '<rootDir>/lib/typeorm.ts',
+    '^slipway/metrics$': '<rootDir>/lib/metrics.ts',
   },
   transform: { '^.+\\.ts$': ['ts-jest', { useESM: true }] },
   testMatch: ['<rootDir>/test/**/*.test.ts'],

@@ -20,7 +20,7 @@ const LAYERS: Array<{ name: string; rank: number; owns: (file: string) => boolea
   { name: 'engine', rank: 4, owns: (f) => f.startsWith('engine/') },
   { name: 'broker', rank: 5, owns: (f) => f.startsWith('broker/') },
   { name: 'testing', rank: 6, owns: (f) => f.startsWith('testing/') },
-  { name: 'entry points', rank: 7, owns: (f) => f === 'index.ts' || f === 'typeorm.ts' },
+  { name: 'entry points', rank: 7, owns: (f) => f === 'index.ts' || f === 'typeorm.ts' || f === 'metrics.ts' },
   // The `slipway` bin: a user of the public API, as any program on the package would be.
   { name: 'cli', rank: 8, owns: (f) => f.startsWith('cli/') },
 ];

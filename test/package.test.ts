@@ -35,7 +35,7 @@ let consumer: string;
 let pack: PackResult;
 let dryRun: PackResult;
 let shipped: Set<string>;
-let packageJson: { dependencies: Record<string, string>; exports: Record<string, Record<string, string>>; bin?: Record<string, string>; repository?: unknown; license?: string };
+let packageJson: { dependencies: Record<string, string>; peerDependencies: Record<string, string>; peerDependenciesMeta?: Record<string, { optional?: boolean }>; exports: Record<string, Record<string, string>>; bin?: Record<string, string>; repository?: unknown; license?: string };
 
 /** Runs a command; on failure the error carries its output. */
 async function sh(file: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}): Promise<{ stdout: string; stderr: string }> {
@@ -77,6 +77,8 @@ beforeAll(async () => {
   await sh('tar', ['xzf', join(work, pack.filename), '-C', slipway, '--strip-components=1'], work);
   packageJson = JSON.parse(readFileSync(join(slipway, 'package.json'), 'utf8'));
   for (const name of Object.keys(packageJson.dependencies)) link(join(consumer, 'node_modules'), name);
+  // A consumer that uses slipway/metrics installs its optional peer, as npm tells it to.
+  for (const name of Object.keys(packageJson.peerDependencies)) link(join(consumer, 'node_modules'), name);
   for (const name of ['@types/node', 'typescript', 'jest', 'ts-jest', '@types/jest']) link(join(consumer, 'node_modules'), name);
   writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }, null, 2));
 }, 300_000);
@@ -151,7 +153,7 @@ describeEmbedded('the packed package', () => {
   test('require() and import() of every entry point work (Node >= 20.19 loads ES modules from CommonJS)', async () => {
     writeFileSync(
       join(consumer, 'entries.cjs'),
-      `const names = { slipway: 'createBroker', 'slipway/blueprints': 'localHosts', 'slipway/testing': 'createTestBroker' };
+      `const names = { slipway: 'createBroker', 'slipway/blueprints': 'localHosts', 'slipway/testing': 'createTestBroker', 'slipway/metrics': 'slipwayMetrics' };
        for (const [entry, name] of Object.entries(names)) if (typeof require(entry)[name] !== 'function') throw new Error(entry + ': no ' + name);
        Promise.all(Object.entries(names).map(([entry, name]) => import(entry).then((m) => { if (typeof m[name] !== 'function') throw new Error(entry); })))
          .then(() => console.log('ok'));`,
@@ -160,6 +162,29 @@ describeEmbedded('the packed package', () => {
     expect(stdout.trim()).toBe('ok');
     expect(stderr).toBe('');
   });
+});
+
+describeEmbedded('prom-client, an optional peer dependency', () => {
+  test('without it installed, every entry point loads, and slipwayMetrics() says which package to install', async () => {
+    expect(packageJson.peerDependencies).toEqual({ 'prom-client': expect.stringMatching(/^\^15/) });
+    expect(packageJson.peerDependenciesMeta).toEqual({ 'prom-client': { optional: true } });
+    expect(Object.keys(packageJson.dependencies)).not.toContain('prom-client');
+    const project = join(work, 'no-prom-client');
+    const slipway = join(project, 'node_modules', 'slipway');
+    mkdirSync(slipway, { recursive: true });
+    await sh('tar', ['xzf', join(work, pack.filename), '-C', slipway, '--strip-components=1'], work);
+    for (const name of Object.keys(packageJson.dependencies)) link(join(project, 'node_modules'), name);
+    writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'no-prom-client', private: true, type: 'module' }, null, 2));
+    writeFileSync(
+      join(project, 'probe.js'),
+      `for (const entry of ['slipway', 'slipway/blueprints', 'slipway/testing']) await import(entry);
+       const { slipwayMetrics } = await import('slipway/metrics');
+       try { slipwayMetrics({}); console.log('no error'); } catch (error) { console.log(error.code + ': ' + error.message); }`,
+    );
+    const { stdout, stderr } = await sh(process.execPath, ['probe.js'], project);
+    expect(stdout.trim()).toBe('MISSING_PEER_DEPENDENCY: slipway/metrics needs the package prom-client (^15), which is not installed: npm install prom-client');
+    expect(stderr).toBe('');
+  }, 60_000);
 });
 
 describeEmbedded('the slipway bin of the package', () => {
@@ -251,6 +276,8 @@ describeEmbedded('a TypeScript consumer of the package', () => {
     link(join(project, 'node_modules'), '@types/node');
     // The TypeORM sample is the app's own code on its own DataSource: the app depends on typeorm.
     link(join(project, 'node_modules'), 'typeorm');
+    // The metrics sample makes the app's own registry: the app depends on prom-client, slipway's optional peer.
+    link(join(project, 'node_modules'), 'prom-client');
     writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'strict-consumer', private: true, type: 'module', dependencies: { slipway: '*' } }, null, 2));
     expect(existsSync(join(project, 'node_modules/@types/luxon'))).toBe(false);
     expect(existsSync(join(project, 'node_modules/luxon'))).toBe(false);

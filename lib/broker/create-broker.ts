@@ -11,7 +11,7 @@ import type { Db } from '../store/db.js';
 import { collectGarbage } from '../store/gc.js';
 import type { Listener } from '../store/notifier.js';
 import { openDatabase } from '../store/open.js';
-import { Store, type Unit } from '../store/store.js';
+import { Store, type LeaseRow, type Unit } from '../store/store.js';
 import { parseDuration, type DurationInput } from '../time.js';
 import { commandCalls } from './commands.js';
 import { unboundedEmitter, type BrokerContext } from './context.js';
@@ -26,7 +26,7 @@ import { SETTLED } from './waiter.js';
 import { listenForHints } from './hints.js';
 
 /** Internals reachable by `slipway/testing` and the tests, not by the public API. */
-export const internals = new WeakMap<Broker, { engine: Engine | null; db: Db; runtime: Runtime; store: Store }>();
+export const internals = new WeakMap<Broker, { engine: Engine | null; db: Db; runtime: Runtime; store: Store; events: BrokerEventBus }>();
 
 /**
  * Opens the database (migrating it unless told not to), starts this process's workers,
@@ -51,6 +51,11 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
       // The same status on both sides: an extend moved the expiry. Waits and signals hear of it; it is no transition.
       if (e.from !== e.to) events.emit(e.kind, { id: e.id, from: e.from as any, to: e.to as any });
       if (e.kind === 'lease') ctx.leaseWatchers.emit(e.id, e);
+      // Every activation is a CAS that returns the row: its request and activation times are on it.
+      if (e.kind === 'lease' && e.to === 'active' && e.from !== 'active' && e.row && events.listening('lease.waited')) {
+        const lease = e.row as LeaseRow;
+        events.emit('lease.waited', { type: lease.type, waitedMs: Math.max(0, lease.statusChangedAt.toMillis() - lease.createdAt.toMillis()) });
+      }
     }
     for (const l of unit.logs) events.emit('log', toLogEntry(settings.blueprints, l));
     if (unit.woke) ctx.engine?.poke();
@@ -71,6 +76,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     maxAllocationFailures: settings.maxAllocationFailures,
     createLease: (spec, origin) => recordLease(ctx, spec, origin),
     leaseObject: (row) => leaseObject(ctx, row),
+    hookObserver: () => (events.listening('hook.called') ? (call) => events.emit('hook.called', call) : null),
   };
   const ctx: BrokerContext = {
     settings,
@@ -142,6 +148,6 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     ctx.engine.start();
     stopGc = startGcTimer(ctx, logger);
   }
-  internals.set(broker, { engine: ctx.engine, db, runtime, store });
+  internals.set(broker, { engine: ctx.engine, db, runtime, store, events });
   return broker;
 }

@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { HookCall } from '../engine/runtime.js';
 import type { LogEntry } from '../logs/log-types.js';
 import type { LeaseStatus, ResourceStatus } from '../model/states.js';
 
@@ -24,14 +25,27 @@ export interface BrokerEvents {
 /** The events `broker.on()` accepts. */
 export const BROKER_EVENTS = ['lease', 'resource', 'log'] as const satisfies ReadonlyArray<keyof BrokerEvents>;
 
+/**
+ * Events for `slipway/metrics`, not accepted by `broker.on()`: each is worked out only
+ * while someone listens to it, so a broker without metrics pays nothing for them.
+ */
+export interface InternalEvents {
+  /** A blueprint hook returned, threw, or timed out (`callHook`). */
+  'hook.called': HookCall;
+  /** A lease became active, after waiting `waitedMs` since its request (its `createdAt`), on the broker's clock. */
+  'lease.waited': { type: string; waitedMs: number };
+}
+
+type AllEvents = BrokerEvents & InternalEvents;
+
 /** In-process, after-commit announcements. Hints for listeners, never the source of truth. */
 export class BrokerEventBus {
   private readonly emitter = new EventEmitter({ captureRejections: false });
   constructor() {
     this.emitter.setMaxListeners(0);
   }
-  on<E extends keyof BrokerEvents>(event: E, listener: (payload: BrokerEvents[E]) => void): () => void {
-    const safe = (payload: BrokerEvents[E]) => {
+  on<E extends keyof AllEvents>(event: E, listener: (payload: AllEvents[E]) => void): () => void {
+    const safe = (payload: AllEvents[E]) => {
       try {
         listener(payload);
       } catch {
@@ -41,7 +55,11 @@ export class BrokerEventBus {
     this.emitter.on(event, safe);
     return () => this.emitter.off(event, safe);
   }
-  emit<E extends keyof BrokerEvents>(event: E, payload: BrokerEvents[E]) {
+  emit<E extends keyof AllEvents>(event: E, payload: AllEvents[E]) {
     this.emitter.emit(event, payload);
+  }
+  /** Whether anyone listens to `event`: what is costly to work out for it is skipped when not. */
+  listening(event: keyof AllEvents): boolean {
+    return this.emitter.listenerCount(event) > 0;
   }
 }

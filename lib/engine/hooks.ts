@@ -13,7 +13,7 @@ import type { LeaseRow, LogInsert, ResourceRow } from '../store/store.js';
 import type { Lease } from '../model/lease.js';
 import { at, backoffDelay, type HookResult, type Outcome, type Runtime } from './runtime.js';
 
-export type { HookResult } from './runtime.js';
+export type { HookCall, HookResult } from './runtime.js';
 
 /** Thrown inside a hook by `ctx.acquireLease` while the child lease is not active yet: the object parks until the child moves. */
 export class WaitingForChild extends Error {
@@ -31,6 +31,18 @@ export class WaitingForChild extends Error {
 export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook: string, ctx: object, fallback: T, attempt = 1): Promise<HookResult<T>> {
   const fn = (blueprint.implementation as unknown as Record<string, unknown>)[hook];
   if (typeof fn !== 'function') return { ok: true, value: fallback };
+  const observe = rt.hookObserver?.();
+  if (!observe) return runHook(rt, blueprint, hook, fn, ctx, fallback, attempt);
+  const started = rt.clock.now();
+  const result = await runHook(rt, blueprint, hook, fn, ctx, fallback, attempt);
+  const outcome = result.ok ? 'ok' : result.kind;
+  const code = !result.ok && result.kind === 'failed' ? errorCode(result.error) : null;
+  observe({ blueprint: blueprint.name, hook, outcome, durationMs: Math.max(0, rt.clock.now().toMillis() - started.toMillis()), code });
+  return result;
+}
+
+/** `callHook` once the hook is known to exist: the call itself, raced against its timeout. */
+async function runHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook: string, fn: unknown, ctx: object, fallback: T, attempt: number): Promise<HookResult<T>> {
   const timeout = blueprint.timeouts?.[hook as HookName] ?? normalizeTimeouts(undefined)[hook as HookName];
   const deadline = new AbortController();
   let cancel: (() => void) | undefined;

@@ -32,6 +32,23 @@ export interface Runtime {
   maxAllocationFailures: number;
   createLease(spec: NormalizedSpec, extra?: { parentResourceId?: string; childKey?: string }): Promise<LeaseRow>;
   leaseObject(row: LeaseRow): Promise<Lease>;
+  /**
+   * Who hears of each hook call right now (`slipway/metrics`), or null: then `callHook`
+   * does not even read the clock for it. Absent: nobody ever listens.
+   */
+  hookObserver?(): ((call: HookCall) => void) | null;
+}
+
+/**
+ * One blueprint hook call as `callHook` saw it: its time on the broker's clock, how it
+ * ended, and for a failure the `code` of what the hook threw (null when it had none).
+ */
+export interface HookCall {
+  blueprint: string;
+  hook: string;
+  outcome: 'ok' | 'retry' | 'child' | 'failed';
+  durationMs: number;
+  code: string | null;
 }
 
 /** What one pass over an object decided about its work item. */

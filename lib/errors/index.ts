@@ -21,3 +21,4 @@ export { ChildLeaseCycleError } from './child-lease-cycle-error.js';
 export { DataDirLockedError } from './data-dir-locked-error.js';
 export { SchemaTooNewError } from './schema-too-new-error.js';
 export { CommitOutcomeUnknownError } from './commit-outcome-unknown-error.js';
+export { MissingPeerDependencyError } from './missing-peer-dependency-error.js';
