@@ -109,10 +109,10 @@ describe('extend, on the manual clock', () => {
     const lease = await broker.acquire({ type: 'host', ttl: { minutes: 10 } });
     const signal = lease.signal;
     const until = broker.clock.now().plus({ hours: 1 });
-    // Written, not waited for; then the clock moves past the old expiry before any worker pass.
-    const written = broker.extendLease(lease.id, { until }, { wait: false });
+    // Written, not waited for; then the clock moves past the old expiry, perhaps before the worker's pass.
+    // (Moving the clock before the write resolves let the worker destroy the lease first: refused, rightly.)
+    await broker.extendLease(lease.id, { until }, { wait: false });
     broker.clock.advance({ minutes: 11 });
-    await written;
     await broker.runUntilIdle();
     const row = (await broker.leases.get(lease.id))!;
     // Either the worker applied the renewal before it saw the expiry (then the holder's signal
