@@ -83,56 +83,42 @@ export function slipwayMetrics(broker: Broker, options: SlipwayMetricsOptions = 
 
   const read = statsReader(broker, cacheMs);
   const registers = [registry];
-  new client.Gauge({
-    name: 'slipway_resources',
-    help: 'Resources per blueprint and status (broker.stats()).',
-    labelNames: ['blueprint', 'status'],
-    registers,
-    async collect() {
-      this.reset();
-      const stats = await read();
-      for (const [blueprint, s] of Object.entries(stats?.blueprints ?? {})) {
-        for (const status of RESOURCE_STATUSES) this.set({ blueprint, status }, s.resources[status]);
+  /** A gauge set afresh from the scrape's shared `stats()` read: series that vanished go with the reset. */
+  const statsGauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (stats: BrokerStats, set: (labels: Record<L, string>, value: number) => void) => void) =>
+    new client.Gauge<L>({
+      name,
+      help,
+      labelNames,
+      registers,
+      async collect() {
+        this.reset();
+        const stats = await read();
+        if (stats) fill(stats, (labels, value) => this.set(labels, value));
+      },
+    });
+  statsGauge('slipway_resources', 'Resources per blueprint and status (broker.stats()).', ['blueprint', 'status'], (stats, set) => {
+    for (const [blueprint, s] of Object.entries(stats.blueprints)) {
+      for (const status of RESOURCE_STATUSES) set({ blueprint, status }, s.resources[status]);
+    }
+  });
+  statsGauge('slipway_leases', 'Leases per requested type and status (broker.stats()).', ['type', 'status'], (stats, set) => {
+    for (const [type, s] of Object.entries(stats.types)) {
+      for (const [status, n] of Object.entries(s.leases)) set({ type, status }, n);
+    }
+  });
+  statsGauge('slipway_waiting_leases', 'Pending leases per type: the waiting queue (broker.stats()).', ['type'], (stats, set) => {
+    for (const [type, s] of Object.entries(stats.types)) set({ type }, s.waiting);
+  });
+  statsGauge(
+    'slipway_oldest_transitional_seconds',
+    'Age of the oldest resource of each blueprint in a transitional state (pending, released, broken, destroying); absent when none is (broker.stats()).',
+    ['blueprint', 'status'],
+    (stats, set) => {
+      for (const [blueprint, s] of Object.entries(stats.blueprints)) {
+        for (const [status, ms] of Object.entries(s.oldestAgeMs)) set({ blueprint, status }, ms / 1000);
       }
     },
-  });
-  new client.Gauge({
-    name: 'slipway_leases',
-    help: 'Leases per requested type and status (broker.stats()).',
-    labelNames: ['type', 'status'],
-    registers,
-    async collect() {
-      this.reset();
-      const stats = await read();
-      for (const [type, s] of Object.entries(stats?.types ?? {})) {
-        for (const [status, n] of Object.entries(s.leases)) this.set({ type, status }, n);
-      }
-    },
-  });
-  new client.Gauge({
-    name: 'slipway_waiting_leases',
-    help: 'Pending leases per type: the waiting queue (broker.stats()).',
-    labelNames: ['type'],
-    registers,
-    async collect() {
-      this.reset();
-      const stats = await read();
-      for (const [type, s] of Object.entries(stats?.types ?? {})) this.set({ type }, s.waiting);
-    },
-  });
-  new client.Gauge({
-    name: 'slipway_oldest_transitional_seconds',
-    help: 'Age of the oldest resource of each blueprint in a transitional state (pending, released, broken, destroying); absent when none is (broker.stats()).',
-    labelNames: ['blueprint', 'status'],
-    registers,
-    async collect() {
-      this.reset();
-      const stats = await read();
-      for (const [blueprint, s] of Object.entries(stats?.blueprints ?? {})) {
-        for (const [status, ms] of Object.entries(s.oldestAgeMs)) this.set({ blueprint, status }, ms / 1000);
-      }
-    },
-  });
+  );
 
   const leaseWait = new client.Histogram({
     name: 'slipway_lease_wait_seconds',

@@ -30,11 +30,6 @@ export function isOwnerPrefix(pattern: string): boolean {
   return pattern.endsWith('/*');
 }
 
-/** Whether the row of `pattern` covers `owner`: the exact owner, or a prefix it starts with. */
-export function patternCovers(pattern: string, owner: string): boolean {
-  return isOwnerPrefix(pattern) ? owner.startsWith(pattern.slice(0, -1)) : owner === pattern;
-}
-
 /**
  * An owner pattern of an authorization call: a non-empty string, with `*` only as the last
  * character of a prefix (`build/*`). A `*` anywhere else would read as a glob that is not one.
