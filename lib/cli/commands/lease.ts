@@ -117,7 +117,7 @@ export function registerLease(program: Command, io: Io): void {
       '\nExamples:\n  $ slipway lease --type host --ttl 30m --data-dir ./slipway-data            # holds it until Ctrl-C\n  $ slipway lease --type host --ttl 30m --count 3 --database $URL           # three at once, all or none\n  $ slipway lease --type host --ttl 30m --database $URL -- make test         # exits with make\'s exit code\n',
     )
     .action(async (argv: string[], flags: LeaseFlags) => {
-      parseCount(flags.count, argv);
+      const count = parseCount(flags.count, argv);
       const spec = specFrom(flags);
       const { config } = await loadConfig(flags.config);
       const { database: _database, ...options } = config;
@@ -126,7 +126,7 @@ export function registerLease(program: Command, io: Io): void {
       // `workers: false` it only requests, and the workers of a `slipway worker` do the rest.
       const broker = await openBroker(database, { ...options, workers: options.workers ?? {}, gcInterval: options.gcInterval ?? { minutes: 10 } });
       try {
-        process.exitCode = await acquireAndUse(io, broker, spec, argv, flags);
+        process.exitCode = await acquireAndUse(io, broker, spec, count, argv, flags);
       } finally {
         await broker.close();
       }
@@ -147,16 +147,15 @@ function parseCount(text: string | undefined, argv: string[]): number {
  * lines (prefixed with the lease id when there are several) under one progress line. All
  * or none: if one fails, is not active in time, or Ctrl-C comes, every one is released.
  */
-async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: string[], flags: LeaseFlags): Promise<number> {
+async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, count: number, argv: string[], flags: LeaseFlags): Promise<number> {
   const { AbortError, LeaseTimeoutError } = await library();
-  const count = parseCount(flags.count, argv);
   const handles: LeaseHandle[] = [];
   const active = new Set<string>();
   const statuses = new Map<string, string>();
   const progress = new Progress(io, () => (count === 1 ? `lease ${handles[0]?.id ?? ''}`.trim() : `${count} leases, ${active.size} active`));
   // Lines logged while a request itself runs arrive before its id is known: kept until then.
   const early: LogEntry[] = [];
-  const ids = () => new Set(handles.map((h) => h.id));
+  const ids = new Set<string>();
   const show = (entry: LogEntry) => {
     if (entry.type === 'status.changed') {
       statuses.set(entry.lease!, String(entry.data.to));
@@ -168,7 +167,7 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: stri
   const offLog = broker.on('log', (entry) => {
     if (!entry.lease) return;
     if (handles.length < count) early.push(entry);
-    else if (ids().has(entry.lease)) show(entry);
+    else if (ids.has(entry.lease)) show(entry);
   });
   const waiting = new AbortController();
   let interrupted: NodeJS.Signals | undefined;
@@ -182,10 +181,10 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, argv: stri
     for (let i = 0; i < count && !interrupted; i++) {
       const handle = await broker.requestLease(spec);
       handles.push(handle);
+      ids.add(handle.id);
       if (!io.interactive) io.err(`lease ${handle.id} requested: ${spec.type}${spec.blueprints ? ` from ${spec.blueprints.join(', ')}` : ''}`);
     }
-    const known = ids();
-    for (const entry of early.splice(0)) if (known.has(entry.lease!)) show(entry);
+    for (const entry of early.splice(0)) if (ids.has(entry.lease!)) show(entry);
     if (count === 1) progress.setStatus(await handles[0]!.status());
     const settled = await Promise.allSettled(
       handles.map(async (h) => {
