@@ -10,6 +10,8 @@ export default {
     '^slipway/testing$': '<rootDir>/lib/testing/index.ts',
     '^slipway/typeorm$': '<rootDir>/lib/typeorm.ts',
     '^slipway/metrics$': '<rootDir>/lib/metrics.ts',
+    '^slipway/tracing$': '<rootDir>/lib/tracing.ts',
+    '^slipway/dashboard$': '<rootDir>/lib/dashboard/index.ts',
   },
   transform: { '^.+\\.ts$': ['ts-jest', { useESM: true }] },
   testMatch: ['<rootDir>/test/**/*.test.ts'],

@@ -9,6 +9,8 @@ import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { arch, cpus, loadavg, release, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { genericPoolRate } from './references/generic-pool.js';
+import { barePgliteRate } from './references/bare-pglite.js';
+import { GRAPHILE_CONCURRENCY, graphileWorkerRate } from './references/graphile-worker.js';
 import { preparePgbench, type Pgbench } from './references/pgbench.js';
 import { markdownSummary } from './report/markdown.js';
 import type { Results, TierResults } from './report/results.js';
@@ -18,11 +20,15 @@ import { parseArgs, selected, type WorkloadName } from './support/config.js';
 import { progress, round } from './support/measure.js';
 import { openTier, packageVersion } from './support/tiers.js';
 import { burst } from './workloads/burst.js';
+
+/** The warm pool of the second burst: issue 15 asks for the burst with `minIdle: 8` beside the cold one. */
+const WARM_POOL = 8;
 import { coldStart } from './workloads/cold-start.js';
-import { handoff } from './workloads/handoff.js';
+import { handoff, handoffAcrossProcesses } from './workloads/handoff.js';
 import { profile } from './workloads/profile.js';
 import { rss, scale } from './workloads/scale.js';
 import { throughputAt } from './workloads/throughput.js';
+import { tracingCost } from './workloads/tracing-cost.js';
 import { warmAcquire } from './workloads/warm-acquire.js';
 
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
@@ -55,7 +61,7 @@ const results: Results = {
     os: `${process.platform} ${release()} ${arch()}`,
     loadavgAtStart: loadavg().map((l) => round(l, 2)),
     git: gitState(),
-    versions: { pg: packageVersion('pg'), typeorm: packageVersion('typeorm'), pglite: packageVersion('@electric-sql/pglite'), 'generic-pool': packageVersion('generic-pool') },
+    versions: { pg: packageVersion('pg'), typeorm: packageVersion('typeorm'), pglite: packageVersion('@electric-sql/pglite'), 'generic-pool': packageVersion('generic-pool'), 'graphile-worker': packageVersion('graphile-worker') },
   },
   config,
   references: {},
@@ -111,29 +117,41 @@ for (const name of config.tiers) {
   try {
     if (want('warm')) t.warm = (await step(t, `${name}: warm acquire`, () => warmAcquire(tier, config))) as TierResults['warm'];
     if (want('handoff')) t.handoff = (await step(t, `${name}: release → next active`, () => handoff(tier, config))) as TierResults['handoff'];
+    if (want('handoff') && name === 'postgres') t.handoffAcross = await step(t, `${name}: release → next active in another process`, () => handoffAcrossProcesses(tier, config));
 
-    // pgbench at each client count right before slipway at the same count, so that drift on a noisy machine hits both alike.
+    // pgbench at each client count, and graphile-worker at its one concurrency, right before slipway at the same count,
+    // so that drift on a noisy machine hits them alike.
     let pgbench: Pgbench | undefined;
     if (name === 'postgres' && want('pgbench')) {
       pgbench = await step(t, 'pgbench -i', () => preparePgbench(tier.url!, config.pgbench.scale));
       if (pgbench) results.references.pgbench = { scale: pgbench.scale, initSeconds: pgbench.initSeconds, points: [] };
     }
-    if (want('throughput') || pgbench) {
+    // Both sizes of a run include 8 clients, the one concurrency graphile-worker runs at, and the acquirers of the bare PGlite target.
+    const graphileAt = name === 'postgres' && want('graphile') ? GRAPHILE_CONCURRENCY : null;
+    const bareAt = name === 'embedded' && want('pglite') ? 8 : null;
+    if (want('throughput') || pgbench || graphileAt || bareAt) {
       const points: NonNullable<TierResults['throughput']> = [];
       for (const clients of config.clients) {
         if (pgbench) {
           const p = await step(t, `pgbench -N, ${clients} clients`, () => pgbench!.run(clients, config.pgbench.seconds));
           if (p) results.references.pgbench!.points.push(p);
         }
+        if (clients === graphileAt) {
+          results.references.graphileWorker = await step(t, `graphile-worker, concurrency ${clients}`, () => graphileWorkerRate(tier.url!, config.graphile));
+        }
+        if (clients === bareAt) results.references.barePglite = await step(t, 'a bare PGlite loop of one cycle\'s statements', () => barePgliteRate(tier, config));
         if (want('throughput')) {
           const p = await step(t, `${name}: throughput, ${clients} acquirers`, () => throughputAt(tier, clients, config));
-          if (p) points.push({ ...p, pgbenchTps: null, ratioToPgbench: null, genericPoolOpsPerSec: null, ratioToGenericPool: null });
+          if (p) points.push({ ...p, pgbenchTps: null, ratioToPgbench: null, genericPoolOpsPerSec: null, ratioToGenericPool: null, graphileJobsPerSec: null, ratioToGraphile: null });
           if (p) progress(`${name}: ${clients} acquirers: ${p.cyclesPerSec} cycles/s`);
         }
       }
       if (want('throughput')) t.throughput = points;
     }
-    if (want('burst')) t.burst = await step(t, `${name}: burst`, () => burst(tier, config));
+    if (want('burst')) {
+      t.burst = await step(t, `${name}: burst`, () => burst(tier, config));
+      t.burstWarm = await step(t, `${name}: burst on a warm pool (minIdle ${WARM_POOL})`, () => burst(tier, config, WARM_POOL));
+    }
     if (want('scale')) {
       const s = await step(t, `${name}: scale`, () => scale(tier, config));
       if (s) t.scale = { ...s, ratioLargestToSmallest: round(s.points[s.points.length - 1].msPerCycleP50 / s.points[0].msPerCycleP50, 3) };
@@ -143,6 +161,10 @@ for (const name of config.tiers) {
       if (s) t.rss = { ...s, ratioLargestToSmallest: round(s.points[s.points.length - 1].memory.rssMB / s.points[0].memory.rssMB, 3) };
     }
     if (want('profile')) t.profile = await step(t, `${name}: profile`, () => profile(tier, config));
+    if (want('tracing')) {
+      t.tracing = await step(t, `${name}: tracing cost`, () => tracingCost(tier, config));
+      if (t.tracing) progress(`${name}: tracing cost per cycle against off: no SDK ×${t.tracing.ratioToOff.noSdk}, SDK ×${t.tracing.ratioToOff.sdk}`);
+    }
   } finally {
     await tier.stop().catch((error) => progress(`${name}: stopping the tier failed: ${error}`));
   }
@@ -158,6 +180,9 @@ for (const t of Object.values(results.tiers)) {
     p.ratioToPgbench = p.pgbenchTps ? round(p.cyclesPerSec / p.pgbenchTps, 4) : null;
     p.genericPoolOpsPerSec = results.references.genericPool?.find((q) => q.clients === p.clients)?.opsPerSec ?? null;
     p.ratioToGenericPool = p.genericPoolOpsPerSec ? round(p.cyclesPerSec / p.genericPoolOpsPerSec, 6) : null;
+    const graphile = results.references.graphileWorker;
+    p.graphileJobsPerSec = graphile && graphile.concurrency === p.clients ? graphile.jobsPerSec : null;
+    p.ratioToGraphile = p.graphileJobsPerSec ? round(p.cyclesPerSec / p.graphileJobsPerSec, 4) : null;
   }
   if (t.warm) t.warm.p50InPgbenchCommits = pgLatency1 ? round(t.warm.p50Ms / pgLatency1, 1) : null;
   if (t.handoff) t.handoff.p50InPgbenchCommits = pgLatency1 ? round(t.handoff.p50Ms / pgLatency1, 1) : null;

@@ -1,5 +1,6 @@
 export { createBroker } from './broker/index.js';
-export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, LeaseQuery, ResourceQuery, AuthorizationQuery } from './broker/index.js';
+export type { Broker, BrokerOptions, BrokerStats, BlueprintStats, TypeStats, PageQuery, LeaseQuery, ResourceQuery, AuthorizationQuery, DrainResult } from './broker/index.js';
+export type { QuotaOptions } from './model/quotas.js';
 export type { BrokerEvents, LeaseEvent, ResourceEvent } from './broker/events.js';
 export { defineBlueprint, defaultAllocationLimit } from './blueprint/define-blueprint.js';
 export type * from './blueprint/contract.js';

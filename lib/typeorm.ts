@@ -6,6 +6,7 @@ export { slipwayEntities } from './store/entities.js';
 export type {
   AuthorizationRow,
   BlueprintFailureRow,
+  BlueprintStateRow,
   CommandRow,
   LeaseRow,
   LogRow,

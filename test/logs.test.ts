@@ -44,6 +44,8 @@ const samples: { [T in LogType]: LogDataByType[T] } = {
   'authorization.requested': { blueprint: 'hosts', owner: 'build/42', lease: 'lease-1', author: null },
   'authorization.authorized': { blueprint: 'hosts', owner: 'build/*', from: 'requested', author: 'alice' },
   'authorization.declined': { blueprint: 'hosts', owner: 'build/42', from: 'authorized', author: null },
+  'blueprint.draining': { blueprint: 'hosts', idle: 2, author: 'ops' },
+  'blueprint.resumed': { blueprint: 'hosts', author: null },
 };
 
 /** An exclusive blueprint that, unlike the fake, does not check leaseCount first: the slot lock is what refuses. */

@@ -118,7 +118,7 @@ const TUNING = {
 } satisfies BrokerOptions;
 
 // Outages twice as often as each one-shot kind: most runs then meet one, and one of a build hook is what issue 9's tight loop needed.
-const scenarioArb = scenarioOf(STEPS, { ttl: TTL_MS, advance: ADVANCE_MS, retryAfter: RETRY_AFTER_MS, faultKinds: ['throw', 'retry', 'hang', 'slow', 'outage', 'outage'] });
+const scenarioArb = scenarioOf(STEPS, { ttl: TTL_MS, advance: ADVANCE_MS, retryAfter: RETRY_AFTER_MS, faultKinds: ['throw', 'retry', 'hang', 'slow', 'outage', 'outage'], maxAge: [1_000, 3_000] });
 
 /** A timer of the host app: how late its ticks fire, while not paused (it starts paused: the first open resumes it). */
 class LagMonitor {
@@ -258,7 +258,7 @@ class RealModelRun extends ModelHarness {
   async open() {
     this.lag.pause();
     try {
-      this.broker = await realBroker({ database: this.database, blueprints: [this.blueprint], workers: { concurrency: this.concurrency }, ...TUNING });
+      this.broker = await realBroker({ database: this.database, blueprints: [this.blueprint], workers: { concurrency: this.concurrency }, ...TUNING, ...this.brokerOptions() });
     } finally {
       this.lag.resume();
     }
@@ -346,7 +346,7 @@ class RealModelRun extends ModelHarness {
       await this.settle();
       const snap = await this.check(`at the end (round ${round})`);
       if (this.quiet(snap)) return this.checkEnd(snap);
-      if (Date.now() > deadline) this.fail(`after ${QUIET_LIMIT_MS} ms of waiting at the end`, ['the system never became quiet (work still due, objects in transit, or leases waiting with capacity free)'], snap);
+      if (Date.now() > deadline) this.fail(`after ${QUIET_LIMIT_MS} ms of waiting at the end`, ['the system never became quiet (work still due, objects in transit, leases waiting with capacity free, or a warm pool short)', ...[this.warmShortfall(snap) ?? []].flat()], snap);
       await sleep(50);
     }
   }

@@ -15,8 +15,13 @@
  *   before it runs, and the checks are invariants of the whole database after each step
  *   rather than per-command postconditions. Steps refer to objects by index modulo the
  *   live ones, so every shrunk sequence is still valid.
- * - Steps: acquire (`requestLease`, with or without a ttl); release a lease; release,
- *   reclaim or break a resource; move the clock (expiry, retries, backoff, hook
+ * - The config: exclusive or shared, maxResources, worker concurrency, and the pool
+ *   policies of issue 15, each off in most runs so the rest keeps its coverage: minIdle
+ *   (1-2, at most maxResources), maxLeasesPerResourceLifetime (1-3), maxResourceAge (30 s
+ *   or 200 s of clock) and a broker quota of 1-3 leases on owners `t1/*`.
+ * - Steps: acquire (`requestLease`, with or without a ttl, owner `t1/a`, `t1/b` or `t2/a`:
+ *   two tenants, one under the quota); release a lease; release, reclaim or break a
+ *   resource; drain or resume the blueprint; move the clock (expiry, retries, backoff, hook
  *   timeouts); arm a fault for the next call of one hook: a throw, `RetryLater`, a hang
  *   (never settles; the blueprint's `timeouts` of HOOK_TIMEOUT_MS on the broker clock
  *   turn it into a HOOK_TIMEOUT failure once the clock passes it) or "slow" (settles by
@@ -30,6 +35,18 @@
  *   for those forever), then reads all rows of leases, resources, work_items, slot_locks,
  *   commands and the new log rows in one snapshot and checks the invariants (see
  *   `checkSnapshot`). Arming a fault touches nothing in the database: no check after it.
+ *   Settling also tops up warm pools, as the broker's sweep would (its timer runs on real
+ *   time, not on this clock).
+ * - The pool policies' invariants: at every check, the quota's leases holding a resource
+ *   (acquired, active, released, broken) never exceed it; no resource's leases_served
+ *   passes maxLeasesPerResourceLifetime, and it equals the `lease.acquired` rows naming the
+ *   resource; replayed from the log, no `lease.acquired` after the resource's activation +
+ *   maxResourceAge, or between a `blueprint.draining` row and the next `blueprint.resumed`;
+ *   a resource that released itself for recycling or a drain had the reason it gives. At
+ *   quiescence, unless the blueprint drains or backs off after failed builds (its
+ *   blueprint_failures.retry_at ahead of the clock; injected faults cause it), the idle
+ *   resources (active, no lease, not retired) are at least min(minIdle, maxResources -
+ *   resources holding a lease).
  * - At the end the faults are disarmed, the clock is moved past every hook timeout and
  *   then a minute at a time until the system is quiet, and the model's prediction of
  *   every lease and resource is checked.
@@ -37,9 +54,13 @@
  *   small by these simplifications:
  *   - It does not simulate allocation: it never says which resource a lease gets or in
  *     which order waiters are served. A lease ends destroyed if the test released it, its
- *     ttl passed, or a fault that breaks it hit its call; otherwise active. The one
- *     exception: on an exclusive blueprint with maxResources, extra leases may wait, and
- *     then exactly maxResources leases must be active.
+ *     ttl passed, or a fault that breaks it hit its call; otherwise active. The
+ *     exceptions, where a pending lease may stay pending (`mayWait`): the blueprint drains;
+ *     the lease is a `t1/` one and the quota is full; or the pool is full: maxResources
+ *     resources, each held by a lease on an exclusive blueprint or retired (recycling
+ *     keeps a resource until its leases end).
+ *   - A resource may also end destroyed because it released itself for recycling or a
+ *     drain (its `resource.released` reason, checked against the config and the log).
  *   - Which leases a resource's release or break takes down is read from the commands
  *     that resource wrote (author `resource:<id>`), not derived: the model checks that the
  *     resource really went released/broken and that the lease was on it.
@@ -47,7 +68,8 @@
  *   - A fault's consequence is the documented one for its hook (LEASE_FATAL,
  *     RESOURCE_FATAL; RetryLater and slow hooks change no fate; destroy hooks are
  *     retried; releaseLease failures are ignored); a hang cut off by a close has none.
- *   - One blueprint of one type, no idle expiry, no child leases, no acquire timeouts.
+ *   - One blueprint of one type, no idle expiry, no child leases, no acquire timeouts, no
+ *     destroyOnRelease (maxLeasesPerResourceLifetime 1 is its guard), no priorityAging.
  *   - The allocation limit (`max(1, ceil(25% x active))`) is checked at each allocation
  *     decision, replayed from the log, not as a count at every instant: resources leaving
  *     `active` can legitimately lower the limit below what is already allocating.
@@ -131,7 +153,7 @@ const SETTLE_LIMIT_MS = 60_000;
 /** Quiescence: the clock moves a minute at a time, at most this many times. */
 const QUIET_ROUNDS = 90;
 
-const scenarioArb = scenarioOf(STEPS, { ttl: [90_000, 3_600_000], advance: [1_000, 6_000, 25_000, 120_000, 3_600_000], retryAfter: 10_000 });
+const scenarioArb = scenarioOf(STEPS, { ttl: [90_000, 3_600_000], advance: [1_000, 6_000, 25_000, 120_000, 3_600_000], retryAfter: 10_000, maxAge: [30_000, 200_000] });
 
 afterAll(removeDataDirs);
 
@@ -200,7 +222,7 @@ class ModelRun extends ModelHarness {
 
   async open() {
     // The id seam of the store: every broker of the run (reopens too) names objects from one seeded source.
-    this.broker = await testBroker({ database: this.database, blueprints: [this.blueprint], clock: this.clock, gcInterval: false, workers: { concurrency: this.concurrency }, [ID_SOURCE]: this.newId } as Parameters<typeof testBroker>[0]);
+    this.broker = await testBroker({ database: this.database, blueprints: [this.blueprint], clock: this.clock, gcInterval: false, workers: { concurrency: this.concurrency }, ...this.brokerOptions(), [ID_SOURCE]: this.newId } as Parameters<typeof testBroker>[0]);
   }
 
   /**
@@ -211,10 +233,15 @@ class ModelRun extends ModelHarness {
     const { engine } = this;
     const { db, store } = internals.get(this.broker)!;
     const deadline = Date.now() + SETTLE_LIMIT_MS;
-    const quiet = () => !(engine as unknown as { polling: boolean }).polling && engine.inflightKeys().every((k) => this.blockedKeys().has(k));
+    const quiet = () => {
+      const { polling, warming } = engine as unknown as { polling: boolean; warming: boolean };
+      return !polling && !warming && engine.inflightKeys().every((k) => this.blockedKeys().has(k));
+    };
     for (;;) {
       await store.settled();
+      // What the sweep does (its timer runs on real time, not on this clock): look for due work, and top up warm pools.
       engine.poke();
+      engine.topUpWarmPools();
       while (!quiet()) {
         if (Date.now() > deadline) throw new Error(`settle: workers still busy after ${SETTLE_LIMIT_MS} ms; in flight: ${engine.inflightKeys().join(', ')}`);
         await sleep(1);
@@ -275,7 +302,7 @@ class ModelRun extends ModelHarness {
     await this.advance(HOOK_TIMEOUT_MS + 1_000);
     let snap = await this.check('after disarming');
     for (let round = 0; !this.quiet(snap); round++) {
-      if (round >= QUIET_ROUNDS) this.fail(`after ${QUIET_ROUNDS} more minutes`, ['the system never became quiet (work still due, objects in transit, or leases waiting with capacity free)'], snap);
+      if (round >= QUIET_ROUNDS) this.fail(`after ${QUIET_ROUNDS} more minutes`, ['the system never became quiet (work still due, objects in transit, leases waiting with capacity free, or a warm pool short)', ...[this.warmShortfall(snap) ?? []].flat()], snap);
       await this.advance(60_000);
       snap = await this.check(`at quiescence round ${round}`);
     }

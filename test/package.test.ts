@@ -21,6 +21,8 @@ import { readmeSamples, repoRoot } from './helpers/readme-samples.js';
 import { tier } from './helpers/tier.js';
 
 const run = promisify(execFile);
+/** What an application that traces installs beside @opentelemetry/api: its SDK (the README's tracing sample sets one up). */
+const OTEL_SDK = ['@opentelemetry/sdk-trace-base', '@opentelemetry/context-async-hooks'];
 const repoModules = realpathSync(join(repoRoot, 'node_modules'));
 const describeEmbedded = tier === 'embedded' ? describe : describe.skip;
 
@@ -77,9 +79,9 @@ beforeAll(async () => {
   await sh('tar', ['xzf', join(work, pack.filename), '-C', slipway, '--strip-components=1'], work);
   packageJson = JSON.parse(readFileSync(join(slipway, 'package.json'), 'utf8'));
   for (const name of Object.keys(packageJson.dependencies)) link(join(consumer, 'node_modules'), name);
-  // A consumer that uses slipway/metrics installs its optional peer, as npm tells it to.
+  // A consumer that uses slipway/metrics and slipway/tracing installs their optional peers, as npm tells it to.
   for (const name of Object.keys(packageJson.peerDependencies)) link(join(consumer, 'node_modules'), name);
-  for (const name of ['@types/node', 'typescript', 'jest', 'ts-jest', '@types/jest']) link(join(consumer, 'node_modules'), name);
+  for (const name of ['@types/node', 'typescript', 'jest', 'ts-jest', '@types/jest', ...OTEL_SDK]) link(join(consumer, 'node_modules'), name);
   writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }, null, 2));
 }, 300_000);
 
@@ -153,7 +155,7 @@ describeEmbedded('the packed package', () => {
   test('require() and import() of every entry point work (Node >= 20.19 loads ES modules from CommonJS)', async () => {
     writeFileSync(
       join(consumer, 'entries.cjs'),
-      `const names = { slipway: 'createBroker', 'slipway/blueprints': 'localHosts', 'slipway/testing': 'createTestBroker', 'slipway/metrics': 'slipwayMetrics' };
+      `const names = { slipway: 'createBroker', 'slipway/blueprints': 'localHosts', 'slipway/testing': 'createTestBroker', 'slipway/metrics': 'slipwayMetrics', 'slipway/tracing': 'slipwayTracing', 'slipway/dashboard': 'createDashboard' };
        for (const [entry, name] of Object.entries(names)) if (typeof require(entry)[name] !== 'function') throw new Error(entry + ': no ' + name);
        Promise.all(Object.entries(names).map(([entry, name]) => import(entry).then((m) => { if (typeof m[name] !== 'function') throw new Error(entry); })))
          .then(() => console.log('ok'));`,
@@ -164,11 +166,12 @@ describeEmbedded('the packed package', () => {
   });
 });
 
-describeEmbedded('prom-client, an optional peer dependency', () => {
-  test('without it installed, every entry point loads, and slipwayMetrics() says which package to install', async () => {
-    expect(packageJson.peerDependencies).toEqual({ 'prom-client': expect.stringMatching(/^\^15/) });
-    expect(packageJson.peerDependenciesMeta).toEqual({ 'prom-client': { optional: true } });
+describeEmbedded('prom-client and @opentelemetry/api, optional peer dependencies', () => {
+  test('without them installed, every entry point loads, and slipwayMetrics() and slipwayTracing() say which package to install', async () => {
+    expect(packageJson.peerDependencies).toEqual({ 'prom-client': expect.stringMatching(/^\^15/), '@opentelemetry/api': expect.stringMatching(/^\^1\./) });
+    expect(packageJson.peerDependenciesMeta).toEqual({ 'prom-client': { optional: true }, '@opentelemetry/api': { optional: true } });
     expect(Object.keys(packageJson.dependencies)).not.toContain('prom-client');
+    expect(Object.keys(packageJson.dependencies)).not.toContain('@opentelemetry/api');
     const project = join(work, 'no-prom-client');
     const slipway = join(project, 'node_modules', 'slipway');
     mkdirSync(slipway, { recursive: true });
@@ -177,12 +180,17 @@ describeEmbedded('prom-client, an optional peer dependency', () => {
     writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'no-prom-client', private: true, type: 'module' }, null, 2));
     writeFileSync(
       join(project, 'probe.js'),
-      `for (const entry of ['slipway', 'slipway/blueprints', 'slipway/testing']) await import(entry);
+      `for (const entry of ['slipway', 'slipway/blueprints', 'slipway/testing', 'slipway/dashboard']) await import(entry);
        const { slipwayMetrics } = await import('slipway/metrics');
-       try { slipwayMetrics({}); console.log('no error'); } catch (error) { console.log(error.code + ': ' + error.message); }`,
+       try { slipwayMetrics({}); console.log('no error'); } catch (error) { console.log(error.code + ': ' + error.message); }
+       const { slipwayTracing } = await import('slipway/tracing');
+       try { slipwayTracing({}); console.log('no error'); } catch (error) { console.log(error.code + ': ' + error.message); }`,
     );
     const { stdout, stderr } = await sh(process.execPath, ['probe.js'], project);
-    expect(stdout.trim()).toBe('MISSING_PEER_DEPENDENCY: slipway/metrics needs the package prom-client (^15), which is not installed: npm install prom-client');
+    expect(stdout.trim().split('\n')).toEqual([
+      'MISSING_PEER_DEPENDENCY: slipway/metrics needs the package prom-client (^15), which is not installed: npm install prom-client',
+      'MISSING_PEER_DEPENDENCY: slipway/tracing needs the package @opentelemetry/api (^1.3.0), which is not installed: npm install @opentelemetry/api',
+    ]);
     expect(stderr).toBe('');
   }, 60_000);
 });
@@ -278,6 +286,8 @@ describeEmbedded('a TypeScript consumer of the package', () => {
     link(join(project, 'node_modules'), 'typeorm');
     // The metrics sample makes the app's own registry: the app depends on prom-client, slipway's optional peer.
     link(join(project, 'node_modules'), 'prom-client');
+    // The tracing sample sets up the app's own SDK: the app depends on the OTel API (slipway's optional peer) and SDK.
+    for (const name of ['@opentelemetry/api', ...OTEL_SDK]) link(join(project, 'node_modules'), name);
     writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'strict-consumer', private: true, type: 'module', dependencies: { slipway: '*' } }, null, 2));
     expect(existsSync(join(project, 'node_modules/@types/luxon'))).toBe(false);
     expect(existsSync(join(project, 'node_modules/luxon'))).toBe(false);

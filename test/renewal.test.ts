@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DateTime } from 'luxon';
+import pg from 'pg';
 import { createBroker, defineBlueprint, LeaseEndedError, LeaseNotActiveError, NotFoundError, ValidationError, type Broker, type DatabaseOptions } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { engineErrors, guardBrokers, realBroker, testBroker, track } from './helpers/broker.js';
@@ -245,15 +246,94 @@ describe('keepAlive through hooks longer than the ttl, on the real clock', () =>
 });
 
 describeOnPostgres('renewal across two brokers on one schema', () => {
+  test('a renewal applied as the expiry passes: the holder told it expired and the worker agree (the row lock orders them)', async () => {
+    // The worker judges a renewal against the expiry and commits it a moment later; the
+    // holder's signal reads the row at the expiry. An outside transaction holds the lease's
+    // row lock so that the moment lasts: the worker is stopped at its write, the clock passes
+    // the expiry, the signal reads. Judged before the lock, the renewal then committed after
+    // the holder had been told the lease expired: an expired lease revived.
+    const schema = freshSchema('race');
+    const broker = await testBroker({ database: { url: tierUrl!, schema }, blueprints: [hosts()] });
+    const lease = await broker.acquire({ type: 'host', owner: 'held', ttl: { minutes: 10 } });
+    const signal = lease.signal;
+    const outside = new pg.Client({ connectionString: tierUrl!, application_name: 'renewal-race' });
+    await outside.connect();
+    // The sessions that wait for the outside transaction's lock, or in line behind one that does.
+    const waiters = async () =>
+      Number(
+        (
+          await outside.query(`WITH first AS (SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid)))
+            SELECT (SELECT count(*) FROM first) + (SELECT count(*) FROM pg_stat_activity WHERE pg_blocking_pids(pid) && ARRAY(SELECT pid FROM first)) AS n`)
+        ).rows[0].n,
+      );
+    try {
+      await outside.query('BEGIN');
+      await outside.query(`SELECT 1 FROM ${schema}.leases WHERE id = $1 FOR UPDATE`, [lease.id]);
+      await broker.extendLease(lease.id, { ttl: { minutes: 30 } }, { author: 'late', wait: false });
+      const idle = broker.runUntilIdle();
+      await waitFor(waiters, (n) => n >= 1, 'the worker to wait for the row lock');
+      broker.clock.advance({ minutes: 11 });
+      // The signal either aborted on a plain read, or waits for the row lock too.
+      await waitFor(async () => signal.aborted || (await waiters()) >= 2, (done) => done, 'the signal to read the lease');
+      await outside.query('COMMIT');
+      await idle;
+      await waitFor(async () => signal.aborted, (done) => done, 'the signal to abort');
+      expect(signal.reason.why).toBe('expired');
+      const [command] = (await outside.query(`SELECT outcome FROM ${schema}.commands WHERE target_id = $1 AND command = 'extend'`, [lease.id])).rows;
+      expect(command.outcome).toMatch(/^rejected: lease expired at /);
+      await broker.runUntilIdle();
+      expect((await broker.leases.get(lease.id))!.status).toBe('destroyed');
+      expect(await broker.logs({ lease: lease.id, type: 'lease.extended' })).toEqual([]);
+    } finally {
+      await outside.query('ROLLBACK').catch(() => undefined);
+      await outside.end();
+    }
+    await broker.close();
+  });
+
+  test('real clock, createBroker: a renewal held at its write while the expiry passes is refused, and the holder was told it expired', async () => {
+    const schema = freshSchema('racereal');
+    const broker = track(await createBroker({ database: { url: tierUrl!, schema }, blueprints: [hosts()], sweepInterval: { milliseconds: 200 } }));
+    const lease = await broker.acquire({ type: 'host', owner: 'held', ttl: { seconds: 3 } });
+    const signal = lease.signal;
+    const outside = new pg.Client({ connectionString: tierUrl!, application_name: 'renewal-race-real' });
+    await outside.connect();
+    const blocked = async () => Number((await outside.query('SELECT count(*) AS n FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))')).rows[0].n);
+    try {
+      await outside.query('BEGIN');
+      await outside.query(`SELECT 1 FROM ${schema}.leases WHERE id = $1 FOR UPDATE`, [lease.id]);
+      await broker.extendLease(lease.id, { ttl: { minutes: 5 } }, { author: 'late', wait: false });
+      await waitFor(blocked, (n) => n >= 1, "the broker's worker to wait for the row lock");
+      // The expiry passes on the real clock while the renewal is held at its write.
+      await sleep(Math.max(0, lease.expiresAt!.toMillis() - Date.now()) + 500);
+      await outside.query('COMMIT');
+      const [command] = (
+        await waitFor(async () => (await outside.query(`SELECT outcome FROM ${schema}.commands WHERE target_id = $1 AND command = 'extend'`, [lease.id])).rows, (rows) => rows[0]?.outcome != null, 'the renewal to be judged')
+      );
+      expect(signal.aborted).toBe(true);
+      expect(signal.reason.why).toBe('expired');
+      expect(command.outcome).toMatch(/^rejected: lease expired at /);
+      await waitFor(async () => (await broker.leases.get(lease.id))!.status, (st) => st === 'destroyed', 'the expired lease to be destroyed');
+    } finally {
+      await outside.query('ROLLBACK').catch(() => undefined);
+      await outside.end();
+    }
+    await broker.close();
+  });
+
   test('an operator broker extends a lease held through another; the holder\'s signal learns the new expiry', async () => {
     const database: DatabaseOptions = { url: tierUrl!, schema: freshSchema('two'), poolSize: 4 };
     const holderBroker = track(await createBroker({ database, blueprints: [hosts()], sweepInterval: { milliseconds: 200 } }));
     const operator = track(await createBroker({ database, workers: false, sweepInterval: { milliseconds: 200 } }));
-    const lease = await holderBroker.acquire({ type: 'host', owner: 'held', ttl: { milliseconds: 800 } });
+    // A ttl of seconds: on a loaded machine an acquire can take most of a second, and an
+    // extend that came after the expiry is refused (as it should be).
+    const lease = await holderBroker.acquire({ type: 'host', owner: 'held', ttl: { seconds: 2 } });
     const signal = lease.signal;
-    const until = await operator.extendLease(lease.id, { ttl: { seconds: 3 } }, { author: 'operator' });
-    expect(until.toMillis()).toBeGreaterThan(Date.now() + 2_000);
-    await sleep(1_500);
+    const oldExpiry = lease.expiresAt!.toMillis();
+    const until = await operator.extendLease(lease.id, { ttl: { seconds: 6 } }, { author: 'operator' });
+    expect(until.toMillis()).toBeGreaterThan(Date.now() + 5_000);
+    // Past the old expiry, which the holder's signal read and found moved.
+    await sleep(Math.max(0, oldExpiry - Date.now()) + 1_000);
     expect(signal.aborted).toBe(false);
     expect((await operator.leases.get(lease.id))!.status).toBe('active');
     await lease.release();

@@ -218,7 +218,10 @@ describeSsh('sshHosts against a real sshd', () => {
     expect(running(background)).toBe(false);
     expect(existsSync(lease.interface('filesystem').path)).toBe(false);
     const logs = (await broker.logs({ lease: lease.id })).map((l) => l.message).join('\n');
-    expect(logs).toMatch(/Stopped 1 process group\(s\) the lease's commands left running on /);
+    // The background group, at least. The expiry stops the running command through its own
+    // ssh session while the destroy runs on the host: when the destroy looks first, that
+    // group still runs and is counted (and stopped) by both, so the count may be 2.
+    expect(logs).toMatch(/Stopped [12] process group\(s\) the lease's commands left running on /);
   });
 
   test('a broker killed in the middle of a command leaves it running on the host; the next process to use the lease stops it first', async () => {

@@ -35,6 +35,29 @@ export function markdownSummary(r: Results, svgName: string | null): string {
     out.push(table(['clients', 'threads', 'TPS', 'latency avg ms'], pg.points.map((p) => [p.clients, p.threads, n(p.tps, 0), n(p.latencyMs, 3)])));
     out.push('');
   }
+  if (r.references.graphileWorker) {
+    const g = r.references.graphileWorker;
+    out.push(
+      `graphile-worker ${g.version} (\`run()\`, concurrency ${g.concurrency}, LISTEN/NOTIFY, each job completed by its own statement; a pool of ${g.poolSize}), ` +
+        `${g.adders} adders each adding a job that does nothing and waiting for its completion, on the bench cluster in a database of its own:`,
+    );
+    out.push('');
+    out.push(
+      table(
+        ['concurrency', 'jobs/s', 'add → complete p50 ms', 'p99 ms', 'statements/job', 'commits/job'],
+        [[g.concurrency, n(g.jobsPerSec), n(g.jobP50Ms, 2), n(g.jobP99Ms, 2), n(g.statementsPerJob, 2), n(g.commitsPerJob, 2)]],
+      ),
+    );
+    out.push('');
+  }
+  if (r.references.barePglite) {
+    const b = r.references.barePglite;
+    out.push(
+      `A bare PGlite loop (embedded floor): the ${b.statementsPerCycle} statements of one captured cycle sent again straight to a copy of the broker's in-memory database, no broker: ` +
+        `${n(b.cyclesPerSec)} cycles/s over ${n(b.seconds)} s (${b.rowCountsDiffering} statements of the first replay returned another row count than the broker's).`,
+    );
+    out.push('');
+  }
   if (r.references.genericPool) {
     out.push('generic-pool acquire/release (in memory, no persistence):');
     out.push('');
@@ -68,11 +91,13 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
   out.push('');
   out.push(`${Object.entries(t.info).map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`).join(' · ')}`);
   out.push('');
-  if (t.warm || t.handoff) {
+  if (t.warm || t.handoff || t.handoffAcross) {
     const rows: Array<Array<string | number>> = [];
     if (t.warm) rows.push(['warm acquire (request → active)', t.warm.samples, n(t.warm.p50Ms, 2), n(t.warm.p90Ms, 2), n(t.warm.p99Ms, 2), n(t.warm.p50InPgbenchCommits, 1)]);
     if (t.warm) rows.push(['  its release (release → destroyed)', t.warm.release.samples, n(t.warm.release.p50Ms, 2), n(t.warm.release.p90Ms, 2), n(t.warm.release.p99Ms, 2), '']);
     if (t.handoff) rows.push(['release → next waiting lease active', t.handoff.samples, n(t.handoff.p50Ms, 2), n(t.handoff.p90Ms, 2), n(t.handoff.p99Ms, 2), n(t.handoff.p50InPgbenchCommits, 1)]);
+    const across = t.handoffAcross;
+    if (across) rows.push(['  the waiting lease in another process', across.samples, n(across.p50Ms, 2), n(across.p90Ms, 2), n(across.p99Ms, 2), '']);
     out.push('### Latency');
     out.push('');
     out.push(table(['workload', 'samples', 'p50 ms', 'p90 ms', 'p99 ms', 'p50 ÷ pgbench 1-client latency'], rows));
@@ -83,8 +108,28 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
     out.push('');
     out.push(
       table(
-        ['acquirers', 'cycles/s', 'cycle p50 ms', 'cycle p99 ms', '÷ pgbench TPS', '÷ generic-pool ops/s', 'errors'],
-        t.throughput.map((p) => [p.clients, n(p.cyclesPerSec), n(p.cycleP50Ms), n(p.cycleP99Ms), n(p.ratioToPgbench, 4), n(p.ratioToGenericPool, 6), p.errors]),
+        ['acquirers', 'cycles/s', 'cycle p50 ms', 'cycle p99 ms', '÷ pgbench TPS', '÷ graphile-worker jobs/s', '÷ generic-pool ops/s', 'errors'],
+        t.throughput.map((p) => [p.clients, n(p.cyclesPerSec), n(p.cycleP50Ms), n(p.cycleP99Ms), n(p.ratioToPgbench, 4), n(p.ratioToGraphile, 3), n(p.ratioToGenericPool, 6), p.errors]),
+      ),
+    );
+    out.push('');
+  }
+  if (t.burst && t.burstWarm) {
+    const cold = t.burst;
+    const warm = t.burstWarm;
+    out.push(`### Burst, cold and on a warm pool (minIdle ${warm.minIdle})`);
+    out.push('');
+    out.push(
+      table(
+        ['pool', 'leases done', 'resources ever created', 'drain ms', 'wait to active p50 / p90 / p99 ms', `first ${cold.maxResources} leases: wait p50 ms`],
+        [cold, warm].map((b) => [
+          b.minIdle > 0 ? `warm, minIdle ${b.minIdle}` : 'cold',
+          b.drained ? `${b.leasesDone} (drained)` : `${b.leasesDone}: **not drained within ${b.deadlineSeconds} s**`,
+          b.resourcesCreated,
+          n(b.drainMs, 0),
+          `${n(b.waitToActive.p50Ms, 0)} / ${n(b.waitToActive.p90Ms, 0)} / ${n(b.waitToActive.p99Ms, 0)}`,
+          n(b.firstWaveWaitP50Ms, 1),
+        ]),
       ),
     );
     out.push('');
@@ -166,6 +211,21 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
       out.push('');
     }
   }
+  if (t.tracing) {
+    const c = t.tracing;
+    out.push(`### Tracing: the cost of slipway/tracing per full cycle (1 acquirer, ${c.rounds} rounds of ${c.cyclesPerRound} cycles per mode, modes in rotating order)`);
+    out.push('');
+    const label = { off: 'slipwayTracing not called', noSdk: 'slipwayTracing, no SDK registered', sdk: 'slipwayTracing, SDK + in-memory exporter' };
+    out.push(
+      table(
+        ['mode', 'ms/cycle mean', 'p50', 'p90', 'cycles/s', 'mean against off'],
+        (['off', 'noSdk', 'sdk'] as const).map((m) => [label[m], n(c.modes[m].meanMs, 3), n(c.modes[m].p50Ms, 3), n(c.modes[m].p90Ms, 3), n(c.modes[m].cyclesPerSec), m === 'off' ? '1' : `×${n(c.ratioToOff[m], 3)}`]),
+      ),
+    );
+    out.push('');
+    out.push(`Spans per cycle with the SDK: ${n(c.spansPerCycle)}.`);
+    out.push('');
+  }
   if (t.rss) {
     out.push('### Worker RSS (fresh process, broker and its pool only, after a GC)');
     out.push('');
@@ -183,6 +243,19 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
           ['acquire (request → active)', n(p.acquire.perCycle.statements), n(p.acquire.perCycle.transactions), n(p.acquire.perCycle.statementMs), n(p.acquire.perCycle.wallMs)],
           ['release (→ destroyed, + 30 ms tail)', n(p.release.perCycle.statements), n(p.release.perCycle.transactions), n(p.release.perCycle.statementMs), n(p.release.perCycle.wallMs)],
         ],
+      ),
+    );
+    out.push('');
+    const label = { plain: 'plain: allocateResource, acquireLease (slot lock), destroyResource', everyHook: 'every per-lease hook: + activateLease, releaseLease, destroyLease' };
+    out.push(`Statements and commits per cycle of the two blueprints of the targets (${p.shapes.plain.cycles} cycles each):`);
+    out.push('');
+    out.push(
+      table(
+        ['blueprint', 'acquire: statements', 'commits', 'release: statements', 'commits', 'cycle: statements', 'commits'],
+        (['plain', 'everyHook'] as const).map((k) => {
+          const c = p.shapes[k];
+          return [label[k], n(c.acquire.statements), n(c.acquire.commits), n(c.release.statements), n(c.release.commits), n(c.total.statements), n(c.total.commits)];
+        }),
       ),
     );
     out.push('');

@@ -1,3 +1,5 @@
+import type { BarePgliteResult } from '../references/bare-pglite.js';
+import type { GraphileWorkerResult } from '../references/graphile-worker.js';
 import type { PgbenchPoint } from '../references/pgbench.js';
 import type { PoolPoint } from '../references/generic-pool.js';
 import type { ColdStart } from '../workloads/cold-start.js';
@@ -8,6 +10,7 @@ import type { ProfileResult } from '../workloads/profile.js';
 import type { ScaleResult } from '../workloads/scale-child.js';
 import type { ThroughputPoint } from '../workloads/throughput.js';
 import type { WarmAcquireResult } from '../workloads/warm-acquire.js';
+import type { TracingCostResult } from '../workloads/tracing-cost.js';
 
 /** A throughput point with the same run's reference limits beside it. */
 export interface ThroughputWithRatios extends ThroughputPoint {
@@ -16,17 +19,25 @@ export interface ThroughputWithRatios extends ThroughputPoint {
   ratioToPgbench: number | null;
   genericPoolOpsPerSec: number | null;
   ratioToGenericPool: number | null;
+  /** graphile-worker jobs/s at a concurrency equal to the acquirers (only at 8, the one it runs at). */
+  graphileJobsPerSec: number | null;
+  ratioToGraphile: number | null;
 }
 
 export interface TierResults {
   info: Record<string, unknown>;
   warm?: WarmAcquireResult & { p50InPgbenchCommits: number | null };
   handoff?: HandoffResult & { p50InPgbenchCommits: number | null };
+  /** The same hand-off with the waiting lease in a second process (Postgres only). */
+  handoffAcross?: HandoffResult;
   throughput?: ThroughputWithRatios[];
   burst?: BurstResult;
+  /** The same burst on a warm pool (`minIdle`), beside the cold one. */
+  burstWarm?: BurstResult;
   scale?: ScaleResult & { ratioLargestToSmallest: number };
   rss?: ScaleResult & { ratioLargestToSmallest: number };
   profile?: ProfileResult;
+  tracing?: TracingCostResult;
   errors: Array<{ workload: string; error: string }>;
 }
 
@@ -50,6 +61,10 @@ export interface Results {
   references: {
     pgbench?: { scale: number; initSeconds: number; points: PgbenchPoint[] };
     genericPool?: PoolPoint[];
+    /** graphile-worker add + run + complete at concurrency 8, on the same cluster. */
+    graphileWorker?: GraphileWorkerResult;
+    /** The statements of one cycle replayed straight to PGlite, with no broker (embedded floor). */
+    barePglite?: BarePgliteResult;
     /** createBroker() on the embedded database, first and second in a fresh process. */
     coldStart?: ColdStart;
   };

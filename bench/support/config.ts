@@ -7,8 +7,8 @@
 export const TIERS = ['postgres', 'embedded'] as const;
 export type TierName = (typeof TIERS)[number];
 
-/** In run order. `pgbench` and `pool` are the reference limits. */
-export const WORKLOADS = ['coldstart', 'pool', 'pgbench', 'warm', 'handoff', 'throughput', 'burst', 'scale', 'rss', 'profile'] as const;
+/** In run order. `pgbench`, `graphile` (graphile-worker), `pglite` (a bare PGlite loop) and `pool` are the references. */
+export const WORKLOADS = ['coldstart', 'pool', 'pgbench', 'graphile', 'pglite', 'warm', 'handoff', 'throughput', 'burst', 'scale', 'rss', 'profile', 'tracing'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export interface BenchConfig {
@@ -23,11 +23,13 @@ export interface BenchConfig {
   handoff: { samples: number; warmup: number; gapMs: number };
   throughput: { seconds: number; warmupSeconds: number };
   pgbench: { scale: number; seconds: number };
+  graphile: { seconds: number; warmupSeconds: number; countedJobsPerAdder: number };
   pool: { seconds: number };
   burst: { leases: number; maxResources: number; activationMs: number; holdMs: number; deadlineSeconds: number };
   scale: { sizes: number[]; historyLeases: number; historyResources: number; seconds: number; minCycles: number; cpuProfileSeconds: number };
   rss: { sizes: number[]; seconds: number; minCycles: number };
   profile: { cycles: number; cpuSeconds: number; cpuClients: number; moreWorkersSeconds: number; timerCycles: number };
+  tracing: { rounds: number; cyclesPerRound: number; warmup: number };
 }
 
 const full = (): Omit<BenchConfig, 'tiers' | 'only' | 'out'> => ({
@@ -37,11 +39,13 @@ const full = (): Omit<BenchConfig, 'tiers' | 'only' | 'out'> => ({
   handoff: { samples: 120, warmup: 5, gapMs: 20 },
   throughput: { seconds: 6, warmupSeconds: 1.5 },
   pgbench: { scale: 1, seconds: 6 },
+  graphile: { seconds: 6, warmupSeconds: 1.5, countedJobsPerAdder: 25 },
   pool: { seconds: 1 },
   burst: { leases: 500, maxResources: 8, activationMs: 200, holdMs: 200, deadlineSeconds: 90 },
   scale: { sizes: [10, 1_000, 10_000], historyLeases: 100_000, historyResources: 10_000, seconds: 4, minCycles: 10, cpuProfileSeconds: 3 },
   rss: { sizes: [10, 10_000], seconds: 1, minCycles: 3 },
   profile: { cycles: 20, cpuSeconds: 3, cpuClients: 8, moreWorkersSeconds: 3, timerCycles: 20 },
+  tracing: { rounds: 6, cyclesPerRound: 100, warmup: 20 },
 });
 
 const quick = (): Omit<BenchConfig, 'tiers' | 'only' | 'out'> => ({
@@ -51,11 +55,13 @@ const quick = (): Omit<BenchConfig, 'tiers' | 'only' | 'out'> => ({
   handoff: { samples: 10, warmup: 2, gapMs: 20 },
   throughput: { seconds: 1, warmupSeconds: 0.3 },
   pgbench: { scale: 1, seconds: 1 },
+  graphile: { seconds: 1, warmupSeconds: 0.3, countedJobsPerAdder: 5 },
   pool: { seconds: 0.3 },
   burst: { leases: 30, maxResources: 8, activationMs: 200, holdMs: 200, deadlineSeconds: 15 },
   scale: { sizes: [10, 1_000], historyLeases: 2_000, historyResources: 200, seconds: 1, minCycles: 5, cpuProfileSeconds: 0 },
   rss: { sizes: [10, 500], seconds: 0.5, minCycles: 3 },
   profile: { cycles: 5, cpuSeconds: 1, cpuClients: 8, moreWorkersSeconds: 1, timerCycles: 8 },
+  tracing: { rounds: 3, cyclesPerRound: 20, warmup: 5 },
 });
 
 export const USAGE = `usage: npm run bench -- [options]

@@ -22,6 +22,17 @@ export interface StatementStat {
   sample: { text: string; params: unknown[] };
 }
 
+/** One statement as it was sent, in order, for a replay (see `StatementCounter.recordSequence`). */
+export interface SequencedStatement {
+  text: string;
+  params: unknown[];
+  rows: number;
+  /** Sent as a named (prepared) statement by the embedded driver. */
+  named: boolean;
+  /** The pg client or PGlite instance it ran on. */
+  session: object;
+}
+
 export interface CounterSnapshot {
   cycles: number;
   statements: number;
@@ -61,7 +72,7 @@ function install() {
     const cb = typeof values === 'function' ? values : typeof callback === 'function' ? callback : null;
     if (cb) {
       const wrapped = (err: unknown, r: any) => {
-        counter.record(text, params, performance.now() - started, r?.rows?.length ?? 0, within);
+        counter.record(text, params, performance.now() - started, r?.rows?.length ?? 0, within, this);
         cb(err, r);
       };
       return typeof values === 'function' ? pgQuery.call(this, config, wrapped) : pgQuery.call(this, config, values, wrapped);
@@ -69,14 +80,14 @@ function install() {
     const result = pgQuery.call(this, config, values, callback);
     if (result && typeof result.then === 'function') {
       result.then(
-        (r: any) => counter.record(text, params, performance.now() - started, Array.isArray(r) ? 0 : (r?.rows?.length ?? 0), within),
-        () => counter.record(text, params, performance.now() - started, 0, within),
+        (r: any) => counter.record(text, params, performance.now() - started, Array.isArray(r) ? 0 : (r?.rows?.length ?? 0), within, this),
+        () => counter.record(text, params, performance.now() - started, 0, within, this),
       );
-    } else counter.record(text, params, 0, 0, within);
+    } else counter.record(text, params, 0, 0, within, this);
     return result;
   };
   // The embedded driver's named (prepared) statements bypass PGlite's query().
-  observeNamedStatements((text, params, ms, rows, session) => current?.record(text, params, ms, rows, inTransaction.has(session)));
+  observeNamedStatements((text, params, ms, rows, session) => current?.record(text, params, ms, rows, inTransaction.has(session), session, true));
   // PGlite's methods live on its base class.
   let owner: any = PGlite.prototype;
   while (owner && !Object.prototype.hasOwnProperty.call(owner, 'query')) owner = Object.getPrototypeOf(owner);
@@ -90,10 +101,10 @@ function install() {
     const started = performance.now();
     try {
       const r = await liteQuery.call(this, text, params, options);
-      counter.record(text, params ?? [], performance.now() - started, r?.rows?.length ?? 0, within);
+      counter.record(text, params ?? [], performance.now() - started, r?.rows?.length ?? 0, within, this);
       return r;
     } catch (error) {
-      counter.record(text, params ?? [], performance.now() - started, 0, within);
+      counter.record(text, params ?? [], performance.now() - started, 0, within, this);
       throw error;
     }
   };
@@ -104,10 +115,10 @@ function install() {
     const started = performance.now();
     try {
       const r = await liteExec.call(this, text, options);
-      counter.record(text, [], performance.now() - started, r?.[r.length - 1]?.rows?.length ?? 0, within);
+      counter.record(text, [], performance.now() - started, r?.[r.length - 1]?.rows?.length ?? 0, within, this);
       return r;
     } catch (error) {
-      counter.record(text, [], performance.now() - started, 0, within);
+      counter.record(text, [], performance.now() - started, 0, within, this);
       throw error;
     }
   };
@@ -120,6 +131,8 @@ export function statementKey(text: string): string {
 
 export class StatementCounter {
   readonly stats = new Map<string, StatementStat>();
+  /** Every statement in the order it answered, once `recordSequence()` was called. */
+  sequence: SequencedStatement[] | null = null;
   private startedAt = 0;
   private wallMs = 0;
 
@@ -143,13 +156,21 @@ export class StatementCounter {
     return this;
   }
 
+  /** Keeps every statement in order as well (for a replay); PGlite answers one at a time, so on the embedded tier that is the order they ran in. */
+  recordSequence(): this {
+    this.sequence ??= [];
+    return this;
+  }
+
   reset(): this {
     this.stats.clear();
+    if (this.sequence) this.sequence = [];
     this.wallMs = 0;
     return this;
   }
 
-  record(text: string, params: unknown[], ms: number, rows: number, inTransaction: boolean) {
+  record(text: string, params: unknown[], ms: number, rows: number, inTransaction: boolean, session: object, named = false) {
+    this.sequence?.push({ text, params, rows, named, session });
     const key = statementKey(text);
     let s = this.stats.get(key);
     if (!s) this.stats.set(key, (s = { key, calls: 0, totalMs: 0, rows: 0, standalone: 0, sample: { text, params } }));

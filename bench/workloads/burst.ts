@@ -9,6 +9,8 @@ import { bounded, openBroker } from './common.js';
 
 export interface BurstResult {
   leases: number;
+  /** The warm pool built before the burst (`limits.minIdle`); 0: a cold burst. */
+  minIdle: number;
   maxResources: number;
   activationMs: number;
   holdMs: number;
@@ -27,6 +29,8 @@ export interface BurstResult {
   /** (drain − ideal) spread over the hand-offs each resource does: the broker's cost per hand-off. */
   overheadPerHandoffMs: number;
   waitToActive: LatencySummary;
+  /** Wait to active of the first `maxResources` leases served: the ones a warm pool serves at once. */
+  firstWaveWaitP50Ms: number;
   errors: number;
   firstError: string | null;
   diagnostics: BurstDiagnostics | null;
@@ -101,13 +105,22 @@ async function diagnose(tier: Tier, broker: Awaited<ReturnType<typeof openBroker
 /**
  * The Drydock burst: `leases` requests at once on an exclusive blueprint with
  * `maxResources` and a slow `activateResource`. Each lease, once active, is held for
- * `holdMs` and released; the burst has drained when every lease is destroyed.
+ * `holdMs` and released; the burst has drained when every lease is destroyed. With
+ * `minIdle`, the blueprint keeps a warm pool, built (and waited for) before the burst.
  */
-export async function burst(tier: Tier, config: BenchConfig): Promise<BurstResult> {
+export async function burst(tier: Tier, config: BenchConfig, minIdle = 0): Promise<BurstResult> {
   const { leases, maxResources, activationMs, holdMs } = config.burst;
-  const blueprint = fakeBlueprint({ name: 'burst', exclusive: true, limits: { maxResources }, delays: { activateResource: activationMs } });
-  const opened = await openBroker(tier, 'burst', blueprint);
+  const limits = minIdle > 0 ? { maxResources, minIdle } : { maxResources };
+  const blueprint = fakeBlueprint({ name: 'burst', exclusive: true, limits, delays: { activateResource: activationMs } });
+  const opened = await openBroker(tier, minIdle > 0 ? 'burst_warm' : 'burst', blueprint);
   const { broker } = opened;
+  if (minIdle > 0) {
+    const until = performance.now() + 60_000;
+    while ((await broker.stats()).blueprints.burst!.idle < minIdle) {
+      if (performance.now() > until) throw new Error(`the warm pool of ${minIdle} was not built within 60 s`);
+      await sleep(20);
+    }
+  }
   const counter = new StatementCounter();
   let allocating = 0;
   let active = 0;
@@ -165,6 +178,7 @@ export async function burst(tier: Tier, config: BenchConfig): Promise<BurstResul
     const ideal = idealBurst({ leases, maxResources, activationMs, holdMs, allocationLimit: defaultAllocationLimit });
     return {
       leases,
+      minIdle,
       maxResources,
       activationMs,
       holdMs,
@@ -181,6 +195,7 @@ export async function burst(tier: Tier, config: BenchConfig): Promise<BurstResul
       ratioToIdeal: round(drainMs / ideal.drainMs, 3),
       overheadPerHandoffMs: round((drainMs - ideal.drainMs) / Math.ceil(leases / maxResources), 1),
       waitToActive: summarize(waits),
+      firstWaveWaitP50Ms: round(percentile([...waits].sort((a, b) => a - b).slice(0, maxResources), 50), 1),
       errors,
       firstError,
       diagnostics,

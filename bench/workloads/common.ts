@@ -1,5 +1,4 @@
-import { createBroker, type Broker, type DatabaseOptions, type Lease } from '../../lib/index.js';
-import type { FakeBlueprint } from '../../lib/testing/index.js';
+import { createBroker, type Blueprint, type Broker, type DatabaseOptions, type Lease } from '../../lib/index.js';
 import type { Tier } from '../support/tiers.js';
 
 /** A cycle that has not finished after this long is reported as stuck instead of hanging the bench. */
@@ -8,7 +7,7 @@ export const STUCK_MS = 30_000;
 export class StuckCycleError extends Error {}
 
 /** A broker with the library's defaults (4 workers, pool of 10, real clock) on a fresh schema or database. */
-export async function openBroker(tier: Tier, label: string, blueprint: FakeBlueprint): Promise<{ broker: Broker; database: DatabaseOptions }> {
+export async function openBroker(tier: Tier, label: string, blueprint: Blueprint<any, any, any>): Promise<{ broker: Broker; database: DatabaseOptions }> {
   const database = tier.database(label);
   const broker = await createBroker({ database, blueprints: [blueprint] });
   return { broker, database };

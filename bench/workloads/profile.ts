@@ -7,6 +7,7 @@ import { profileCpu, type CpuSummary } from '../support/cpu-profile.js';
 import { percentile, round, sleep } from '../support/measure.js';
 import { StatementCounter, type CounterSnapshot } from '../support/statement-counter.js';
 import type { Tier } from '../support/tiers.js';
+import { SHAPES, shapeCounts, type ShapeCounts, type ShapeName } from './blueprint-shapes.js';
 import { fullCycle, openBroker, prewarm } from './common.js';
 
 export interface ProfileResult {
@@ -30,13 +31,15 @@ export interface ProfileResult {
    * during back-to-back `acquire()` + `release()` cycles with no yield in between.
    */
   timerTicks: { cycles: number; wallMs: number; ticks: number; expected: number };
+  /** Statements and commits per cycle of the two blueprints of the issue's targets (see blueprint-shapes.ts), per half and in all. */
+  shapes: Record<ShapeName, ShapeCounts>;
 }
 
 /** Where a cycle's time goes: statements and transactions per cycle, and CPU by library. */
 export async function profile(tier: Tier, config: BenchConfig): Promise<ProfileResult> {
   const blueprint = fakeBlueprint({ name: 'profile', exclusive: true });
   const { broker, database } = await openBroker(tier, 'profile', blueprint);
-  let result: Omit<ProfileResult, 'moreWorkers'>;
+  let result: Omit<ProfileResult, 'moreWorkers' | 'shapes'>;
   try {
     await prewarm(broker, config.profile.cpuClients);
     for (let i = 0; i < 5; i++) await fullCycle(broker);
@@ -75,7 +78,9 @@ export async function profile(tier: Tier, config: BenchConfig): Promise<ProfileR
   } finally {
     await broker.close();
   }
-  return { ...result, moreWorkers: await moreWorkers(tier, config) };
+  const shapes = {} as ProfileResult['shapes'];
+  for (const shape of SHAPES) shapes[shape] = await shapeCounts(tier, shape, config.profile.cycles);
+  return { ...result, moreWorkers: await moreWorkers(tier, config), shapes };
 }
 
 async function timerTicks(broker: Broker, cycles: number): Promise<ProfileResult['timerTicks']> {

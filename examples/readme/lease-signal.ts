@@ -2,7 +2,7 @@ import { createBroker, LeaseNotActiveError } from 'slipway';
 import { localHosts } from 'slipway/blueprints';
 
 await using broker = await createBroker({ blueprints: [localHosts({ name: 'local', config: { slots: 1 } })] });
-const lease = await broker.acquire({ type: 'host', owner: 'nightly', ttl: { seconds: 3 } });
+const lease = await broker.acquire({ type: 'host', owner: 'nightly', ttl: { seconds: 10 } });
 lease.signal.addEventListener('abort', () => console.log(`signal: ${lease.signal.reason.message}`));
 
 try {

@@ -193,6 +193,31 @@ export interface BlueprintLimits {
   reclaimIdleAfter?: DurationInput;
   /** Overrides the implementation's `idleExpiry`. */
   idleExpiry?: DurationInput;
+  /**
+   * A warm pool: keep at least this many active resources with no lease, built in the
+   * background (within `maxResources` and the allocation limit: warming is allocation
+   * too), so that a lease that arrives takes one at once; the pool is refilled after.
+   * With `idleExpiry`, only the idle resources beyond `minIdle` expire. @defaultValue 0
+   */
+  minIdle?: number;
+  /**
+   * Recycling by age: a resource active for longer than this takes no new lease, and is
+   * released once its leases are gone, never while one is active. Its age counts from its
+   * activation, so that a slow build never makes a resource too old to serve the lease it
+   * was built for. A replacement is built when a waiting lease wants one. @defaultValue no limit
+   */
+  maxResourceAge?: DurationInput;
+  /**
+   * Recycling by use: a resource that has served this many leases takes no new one, and
+   * is released once its leases are gone. @defaultValue no limit
+   */
+  maxLeasesPerResourceLifetime?: number;
+  /**
+   * One lease per resource, then teardown (ephemeral runners): the resource is released
+   * as soon as its lease is gone, and the allocator never hands it a second lease. The
+   * same as `maxLeasesPerResourceLifetime: 1`. @defaultValue false
+   */
+  destroyOnRelease?: boolean;
 }
 
 export interface BlueprintOptions<Config> {
@@ -237,4 +262,9 @@ export interface NormalizedLimits {
   supplemental: boolean;
   reclaimIdleAfter: Duration;
   idleExpiry: Duration | null;
+  maxResourceAge: Duration | null;
+  /** 1 with `destroyOnRelease`. */
+  maxLeasesPerResourceLifetime: number | null;
+  destroyOnRelease: boolean;
+  minIdle: number;
 }

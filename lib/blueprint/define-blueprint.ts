@@ -1,6 +1,7 @@
 import { BLUEPRINT_NAME } from '../values.js';
 import { Duration } from 'luxon';
 import { ValidationError } from '../errors/validation-error.js';
+import { optionalIntegerIn } from '../model/call-arguments.js';
 import type { JsonObject } from '../model/spec.js';
 import { parseDuration } from '../time.js';
 import { normalizeTimeouts } from './timeouts.js';
@@ -77,16 +78,23 @@ export function defineBlueprint<Config = unknown, ResourceAttrs extends JsonObje
 function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementation: BlueprintImplementation<Config, any, any>, config: Config): NormalizedLimits {
   if (limits !== undefined && (limits === null || typeof limits !== 'object' || Array.isArray(limits))) throw new ValidationError('limits', 'must be an object');
   const l = limits ?? {};
-  const known = new Set(['maxResources', 'maxLeasesPerResource', 'allocationLimit', 'supplemental', 'reclaimIdleAfter', 'idleExpiry']);
+  const known = new Set(['maxResources', 'maxLeasesPerResource', 'allocationLimit', 'supplemental', 'reclaimIdleAfter', 'idleExpiry', 'maxResourceAge', 'maxLeasesPerResourceLifetime', 'destroyOnRelease', 'minIdle']);
   for (const key of Object.keys(l)) if (!known.has(key)) throw new ValidationError(`limits.${key}`, 'is not a known limit');
-  if (l.maxResources !== undefined && !(Number.isInteger(l.maxResources) && l.maxResources >= 1 && l.maxResources <= 100_000)) {
-    throw new ValidationError('limits.maxResources', `must be an integer from 1 to 100000 (got ${JSON.stringify(l.maxResources)})`);
-  }
-  if (l.maxLeasesPerResource !== undefined && !(Number.isInteger(l.maxLeasesPerResource) && l.maxLeasesPerResource >= 1 && l.maxLeasesPerResource <= 100_000)) {
-    throw new ValidationError('limits.maxLeasesPerResource', `must be an integer from 1 to 100000 (got ${JSON.stringify(l.maxLeasesPerResource)})`);
-  }
+  optionalIntegerIn(l.maxResources, 'limits.maxResources', 1, 100_000);
+  optionalIntegerIn(l.maxLeasesPerResource, 'limits.maxLeasesPerResource', 1, 100_000);
   if (l.allocationLimit !== undefined && typeof l.allocationLimit !== 'function') throw new ValidationError('limits.allocationLimit', 'must be a function (activeCount) => number');
   if (l.supplemental !== undefined && typeof l.supplemental !== 'boolean') throw new ValidationError('limits.supplemental', 'must be a boolean');
+  optionalIntegerIn(l.maxLeasesPerResourceLifetime, 'limits.maxLeasesPerResourceLifetime', 1, 1_000_000_000);
+  if (l.destroyOnRelease !== undefined && typeof l.destroyOnRelease !== 'boolean') throw new ValidationError('limits.destroyOnRelease', 'must be a boolean');
+  if (l.destroyOnRelease && l.maxLeasesPerResourceLifetime !== undefined && l.maxLeasesPerResourceLifetime !== 1) {
+    throw new ValidationError('limits.maxLeasesPerResourceLifetime', `must be 1 or left out with destroyOnRelease, which serves one lease per resource (got ${l.maxLeasesPerResourceLifetime})`);
+  }
+  optionalIntegerIn(l.minIdle, 'limits.minIdle', 0, 100_000);
+  if (l.minIdle !== undefined && l.maxResources !== undefined && l.minIdle > l.maxResources) {
+    throw new ValidationError('limits.minIdle', `must not exceed limits.maxResources (${l.minIdle} > ${l.maxResources}): the warm pool never builds past the cap`);
+  }
+  const maxResourceAge = l.maxResourceAge === undefined ? null : parseDuration(l.maxResourceAge, 'limits.maxResourceAge');
+  if (maxResourceAge !== null && !(maxResourceAge.toMillis() > 0)) throw new ValidationError('limits.maxResourceAge', `must be longer than zero (got ${maxResourceAge.toISO()})`);
   const allocationLimit = l.allocationLimit ?? defaultAllocationLimit;
   const fromImplementation = typeof implementation.idleExpiry === 'function' ? implementation.idleExpiry(config) : implementation.idleExpiry;
   return {
@@ -105,5 +113,9 @@ function normalizeLimits<Config>(limits: BlueprintLimits | undefined, implementa
         : fromImplementation === undefined
           ? null
           : parseDuration(fromImplementation, 'implementation.idleExpiry'),
+    maxResourceAge,
+    maxLeasesPerResourceLifetime: l.destroyOnRelease ? 1 : (l.maxLeasesPerResourceLifetime ?? null),
+    destroyOnRelease: l.destroyOnRelease ?? false,
+    minIdle: l.minIdle ?? 0,
   };
 }

@@ -6,6 +6,14 @@ import { BLUEPRINT_NAME } from '../values.js';
 import type { BrokerContext } from './context.js';
 import type { AuthorizationQuery, Broker } from './types.js';
 
+/** A blueprint name: well formed, and one of this broker's blueprints when it has any (a broker of the command line has none). */
+export function checkBlueprintName(ctx: BrokerContext, value: unknown, field = 'blueprint'): string {
+  if (typeof value !== 'string' || !BLUEPRINT_NAME.test(value)) throw new ValidationError(field, `must be a blueprint name matching ${BLUEPRINT_NAME} (got ${JSON.stringify(value)})`);
+  const known = ctx.settings.blueprints;
+  if (known.size > 0 && !known.has(value)) throw new ValidationError(field, `unknown blueprint "${value}" (known: ${[...known.keys()].join(', ')})`);
+  return value;
+}
+
 /**
  * `broker.authorizations`: which owners may use the blueprints that require authorization.
  * Every change is one transaction under the blueprint's authorization lock: the row, its
@@ -15,13 +23,7 @@ import type { AuthorizationQuery, Broker } from './types.js';
 export function authorizationCalls(ctx: BrokerContext, live: <T>(call: () => Promise<T>) => Promise<T>): Broker['authorizations'] {
   const { store } = ctx;
 
-  /** The blueprint name: well formed, and one of this broker's blueprints when it has any (a broker of the command line has none). */
-  const checkBlueprint = (value: unknown): string => {
-    if (typeof value !== 'string' || !BLUEPRINT_NAME.test(value)) throw new ValidationError('blueprint', `must be a blueprint name matching ${BLUEPRINT_NAME} (got ${JSON.stringify(value)})`);
-    const known = ctx.settings.blueprints;
-    if (known.size > 0 && !known.has(value)) throw new ValidationError('blueprint', `unknown blueprint "${value}" (known: ${[...known.keys()].join(', ')})`);
-    return value;
-  };
+  const checkBlueprint = (value: unknown) => checkBlueprintName(ctx, value);
   const checkCall = (call: string, blueprint: unknown, owner: unknown, options: unknown) => {
     const name = checkBlueprint(blueprint);
     const pattern = checkOwnerPattern(owner);

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { authorizationCalls } from './authorizations.js';
 import { BROKER_EVENTS, BrokerEventBus } from './events.js';
@@ -7,6 +8,7 @@ import type { Runtime } from '../engine/runtime.js';
 import { BrokerClosedError } from '../errors/broker-closed-error.js';
 import { checkOptions, checkSubscription } from '../model/call-arguments.js';
 import type { LeaseSpec } from '../model/spec.js';
+import type { Lease } from '../model/lease.js';
 import type { Db } from '../store/db.js';
 import { collectGarbage } from '../store/gc.js';
 import type { Listener } from '../store/notifier.js';
@@ -14,6 +16,7 @@ import { openDatabase } from '../store/open.js';
 import { Store, type LeaseRow, type Unit } from '../store/store.js';
 import { parseDuration, type DurationInput } from '../time.js';
 import { commandCalls } from './commands.js';
+import { drainCalls } from './drain.js';
 import { unboundedEmitter, type BrokerContext } from './context.js';
 import { leaseObject } from './lease-object.js';
 import { adoptEmbeddedDatabase, computeStats, startGcTimer } from './maintenance.js';
@@ -26,7 +29,16 @@ import { SETTLED } from './waiter.js';
 import { listenForHints } from './hints.js';
 
 /** Internals reachable by `slipway/testing` and the tests, not by the public API. */
-export const internals = new WeakMap<Broker, { engine: Engine | null; db: Db; runtime: Runtime; store: Store; events: BrokerEventBus }>();
+export const internals = new WeakMap<Broker, { engine: Engine | null; db: Db; runtime: Runtime; store: Store; events: BrokerEventBus; wrappers: CallWrappers; leaseHints: EventEmitter }>();
+
+/**
+ * What `slipway/tracing` puts around the broker's calls while it is on; null: the call runs
+ * bare, at the cost of one property read. `acquire` gets the call's spec and the acquire
+ * itself, to which it hands a listener for the lease's id (known before any hook runs).
+ */
+export interface CallWrappers {
+  acquire: ((spec: LeaseSpec, run: (onId: (id: string) => void) => Promise<Lease>) => Promise<Lease>) | null;
+}
 
 /**
  * Opens the database (migrating it unless told not to), starts this process's workers,
@@ -59,10 +71,12 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     }
     for (const l of unit.logs) events.emit('log', toLogEntry(settings.blueprints, l));
     if (unit.woke) ctx.engine?.poke();
+    // A spare resource may have been taken, freed, built or lost: the warm pools look (a hint; the sweep repeats it).
+    if (unit.events.some((e) => (e.kind === 'resource' && e.to !== 'pending') || (e.kind === 'lease' && e.to === 'acquired'))) ctx.engine?.topUpWarmPools();
     const leases = unit.events.filter((e) => e.kind === 'lease' && (SETTLED.has(e.to) || e.from === e.to)).map((e) => e.id);
     if (listener && (unit.woke || leases.length > 0)) listener.send({ from: workerId, work: unit.woke, leases });
   };
-  const store = new Store(db, clock, afterCommit, Store.idSourceOf(options));
+  const store = new Store(db, clock, afterCommit, Store.idSourceOf(options), settings.priorityAging);
   const abort = new AbortController();
   const runtime: Runtime = {
     store,
@@ -74,10 +88,13 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     waitRecheck: settings.waitRecheck,
     backoff: settings.backoff,
     maxAllocationFailures: settings.maxAllocationFailures,
+    quotas: settings.quotas,
     createLease: (spec, origin) => recordLease(ctx, spec, origin),
     leaseObject: (row) => leaseObject(ctx, row),
     hookObserver: () => (events.listening('hook.called') ? (call) => events.emit('hook.called', call) : null),
+    workObserver: () => (events.listening('work.done') ? (work) => events.emit('work.done', work) : null),
   };
+  const wrappers: CallWrappers = { acquire: null };
   const ctx: BrokerContext = {
     settings,
     store,
@@ -99,7 +116,11 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
   let closing: Promise<void> | undefined;
   const broker: Broker = {
     clock,
-    acquire: ((spec: LeaseSpec) => live(() => acquire(ctx, spec))) as Broker['acquire'],
+    acquire: ((spec: LeaseSpec) =>
+      live(() => {
+        const wrap = wrappers.acquire;
+        return wrap ? wrap(spec, (onId) => acquire(ctx, spec, onId)) : acquire(ctx, spec);
+      })) as Broker['acquire'],
     requestLease: ((spec: LeaseSpec) => live(() => requestLease(ctx, spec))) as Broker['requestLease'],
     release: (id, o) => live(() => commands.release(id, o)),
     extendLease: (id, renewal, o) => live(() => extendLease(ctx, id, renewal, o)),
@@ -108,6 +129,7 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     breakResource: (id, reason, o) => live(() => commands.breakResource(id, reason, o)),
     ...readCalls(ctx, live),
     authorizations: authorizationCalls(ctx, live),
+    ...drainCalls(ctx, live),
     on(event, listener) {
       if (ctx.closed) throw new BrokerClosedError();
       checkSubscription(event, listener, BROKER_EVENTS);
@@ -148,6 +170,6 @@ export async function createBroker(options: BrokerOptions = {}): Promise<Broker>
     ctx.engine.start();
     stopGc = startGcTimer(ctx, logger);
   }
-  internals.set(broker, { engine: ctx.engine, db, runtime, store, events });
+  internals.set(broker, { engine: ctx.engine, db, runtime, store, events, wrappers, leaseHints: ctx.leaseHints });
   return broker;
 }

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type { HookCall } from '../engine/runtime.js';
+import type { HookCall, WorkDone } from '../engine/runtime.js';
 import type { LogEntry } from '../logs/log-types.js';
 import type { LeaseStatus, ResourceStatus } from '../model/states.js';
 
@@ -22,11 +22,17 @@ export interface BrokerEvents {
   log: LogEntry;
 }
 
+/**
+ * The `leaseHints` event every LISTEN hint from another broker also emits, whatever it
+ * concerns: for watchers of the whole schema (the dashboard's live updates).
+ */
+export const ANY_HINT = Symbol('any hint');
+
 /** The events `broker.on()` accepts. */
 export const BROKER_EVENTS = ['lease', 'resource', 'log'] as const satisfies ReadonlyArray<keyof BrokerEvents>;
 
 /**
- * Events for `slipway/metrics`, not accepted by `broker.on()`: each is worked out only
+ * Events for `slipway/metrics` and `slipway/tracing`, not accepted by `broker.on()`: each is worked out only
  * while someone listens to it, so a broker without metrics pays nothing for them.
  */
 export interface InternalEvents {
@@ -34,6 +40,8 @@ export interface InternalEvents {
   'hook.called': HookCall;
   /** A lease became active, after waiting `waitedMs` since its request (its `createdAt`), on the broker's clock. */
   'lease.waited': { type: string; waitedMs: number };
+  /** A unit of work of the engine's hot path ended: a claim of due work, or one worker pass (`slipway/tracing`). */
+  'work.done': WorkDone;
 }
 
 type AllEvents = BrokerEvents & InternalEvents;

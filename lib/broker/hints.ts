@@ -2,6 +2,7 @@ import type { Logger } from '../engine/runtime.js';
 import { channelFor, Listener } from '../store/notifier.js';
 import { listenConnection } from '../store/open.js';
 import type { BrokerContext } from './context.js';
+import { ANY_HINT } from './events.js';
 
 /**
  * On Postgres, the LISTEN connection that hears the other brokers of the schema: work
@@ -20,6 +21,7 @@ export async function listenForHints(ctx: BrokerContext, workerId: string, logge
     applicationName: ('applicationName' in database ? database.applicationName : undefined) ?? 'slipway',
     onHint(hint) {
       if (hint.from === workerId) return;
+      ctx.leaseHints.emit(ANY_HINT);
       if (hint.work) ctx.engine?.poke();
       if (hint.leases === null) ctx.leaseHints.emit('*');
       else for (const id of hint.leases) ctx.leaseHints.emit(id);
@@ -29,6 +31,7 @@ export async function listenForHints(ctx: BrokerContext, workerId: string, logge
       logger.info({}, 'slipway: LISTEN connection is back');
       ctx.engine?.poke();
       ctx.leaseHints.emit('*');
+      ctx.leaseHints.emit(ANY_HINT);
     },
     onLost(error, retryInMs) {
       logger.warn({ err: error, retryInMs }, 'slipway: LISTEN connection lost; reconnecting (the sweep covers the gap)');

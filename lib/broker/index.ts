@@ -1,3 +1,4 @@
 export { createBroker, internals } from './create-broker.js';
 export type { BrokerOptions } from './options.js';
-export type { Broker, BrokerStats, BlueprintStats, TypeStats, LeaseQuery, ResourceQuery, AuthorizationQuery } from './types.js';
+export type { Broker, BrokerStats, BlueprintStats, TypeStats, PageQuery, LeaseQuery, ResourceQuery, AuthorizationQuery, DrainResult } from './types.js';
+export { ANY_HINT } from './events.js';

@@ -150,12 +150,14 @@ class LeaseWatches {
   /**
    * The known expiry passed: the lease is read once, since an extend in another broker may
    * have moved it. Moved into the future, the timer is set again; otherwise, or when the
-   * read fails, the lease has expired (the holder must stop at its expiry, not later).
+   * read fails, the lease has expired (the holder must stop at its expiry, not later). The
+   * read waits for a renewal being written, whose worker judges the expiry holding the row:
+   * read first, the lease expired, and the worker refuses the renewal as late.
    */
   private async expiryDue(id: string) {
     const watch = this.watches.get(id);
     if (!watch) return;
-    const row = await this.sources.store.leaseStatuses([id]).then((rows) => rows[0] ?? null, () => null);
+    const row = await this.sources.store.leaseStatuses([id], true).then((rows) => rows[0] ?? null, () => null);
     if (this.watches.get(id) !== watch) return;
     const now = this.sources.clock.now();
     if (row && !endingOf(row.status, row, row.expiresAt, now) && row.expiresAt && row.expiresAt > now) return this.expireAt(id, watch, row.expiresAt);

@@ -35,12 +35,12 @@ export function startGcTimer(ctx: BrokerContext, logger: Logger): () => Promise<
 export async function computeStats(store: StoreBackend, now: DateTime, blueprints: Map<string, Blueprint<any, any, any>>): Promise<BrokerStats> {
   const zero = <S extends string>(list: readonly S[]) => Object.fromEntries(list.map((s) => [s, 0])) as Record<S, number>;
   const blueprintStats = (type: string, requireAuthorization: boolean): BlueprintStats => ({
-    type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null, requireAuthorization, requestedAuthorizations: 0,
+    type, resources: zero(RESOURCE_STATUSES), allocating: 0, live: 0, deletionLane: 0, destroying: 0, oldestAgeMs: {}, failures: null, requireAuthorization, requestedAuthorizations: 0, draining: false, idle: 0, warmTarget: 0,
   });
   const typeStats = (): TypeStats => ({ leases: zero(LEASE_STATUSES), waiting: 0, waitingForAuthorization: 0, live: 0, deletionLane: 0, oldestAgeMs: {} });
   const result: BrokerStats = { blueprints: {}, types: {} };
   for (const b of blueprints.values()) {
-    result.blueprints[b.name] = blueprintStats(b.type, b.requireAuthorization);
+    result.blueprints[b.name] = { ...blueprintStats(b.type, b.requireAuthorization), warmTarget: b.limits.minIdle };
     result.types[b.type] ??= typeStats();
   }
   const age = (at: DateTime | null) => (at ? Math.max(0, now.toMillis() - at.toMillis()) : undefined);
@@ -48,6 +48,7 @@ export async function computeStats(store: StoreBackend, now: DateTime, blueprint
     const s = (result.blueprints[r.blueprint] ??= blueprintStats(r.type, false));
     const status = r.status as ResourceStatus;
     s.resources[status] += Number(r.n);
+    s.idle += r.idle;
     if (status === 'pending') s.allocating += Number(r.n);
     if (RESOURCE_STATE_FLAGS[status].live) s.live += Number(r.n);
     if (RESOURCE_STATE_FLAGS[status].deletionLane) s.deletionLane += Number(r.n);
@@ -65,6 +66,10 @@ export async function computeStats(store: StoreBackend, now: DateTime, blueprint
   for (const f of await store.blueprintFailures()) {
     const s = result.blueprints[f.blueprint];
     if (s) s.failures = { streak: f.streak, lastError: f.lastError, lastFailureAt: f.lastFailureAt.toISO()!, retryAt: f.retryAt.toISO()! };
+  }
+  for (const name of await store.drainingBlueprints()) {
+    const s = result.blueprints[name];
+    if (s) s.draining = true;
   }
   for (const l of await store.leaseCounts()) {
     const s = (result.types[l.type] ??= typeStats());

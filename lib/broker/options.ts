@@ -4,6 +4,7 @@ import type { Blueprint } from '../blueprint/contract.js';
 import { systemClock, type Clock } from '../clock.js';
 import { silentLogger, type Logger } from '../engine/runtime.js';
 import { ValidationError } from '../errors/validation-error.js';
+import { checkQuotas, type Quota, type QuotaOptions } from '../model/quotas.js';
 import { checkDatabaseOptions, type DatabaseOptions } from '../store/open.js';
 import { parseDuration, type DurationInput } from '../time.js';
 import { isPlainObject } from '../values.js';
@@ -38,6 +39,21 @@ export interface BrokerOptions {
    * the last error as its reason. Between failures it backs off. @defaultValue 5
    */
   maxAllocationFailures?: number;
+  /**
+   * No starvation: a waiting lease's effective priority rises by one for each `every` it
+   * has waited, so that a steady stream of higher-priority leases cannot keep it waiting
+   * forever. Give every broker of a database the same setting: each ranks the waiters of
+   * the resources it frees. @defaultValue none: priority stays strict
+   */
+  priorityAging?: { every: DurationInput };
+  /**
+   * Caps across pools: at most `maxLeases` leases matching each quota (by requested `type`,
+   * by `owner` or owner prefix `'tenant-a/*'`, or both) hold a resource at once, across
+   * every blueprint and every broker that has the quota. A lease over quota waits, saying
+   * why, and is served in order when a place frees. Give every broker of a database the
+   * same quotas. @defaultValue none
+   */
+  quotas?: QuotaOptions[];
   /** How long history is kept: destroyed leases and resources with their logs, and consumed commands. @defaultValue 7 days */
   retention?: DurationInput;
   /** How often this broker's workers collect history older than `retention`; `false` never (call `gc()` yourself). @defaultValue 10 minutes */
@@ -60,13 +76,17 @@ export interface BrokerSettings {
   gcInterval: Duration | null;
   backoff: { initial: Duration; max: Duration };
   maxAllocationFailures: number;
+  /** `priorityAging.every`; null: strict priority. */
+  priorityAging: Duration | null;
+  /** In lock order (by key). */
+  quotas: Quota[];
 }
 
 function optionalDuration(value: DurationInput | undefined, field: string, fallback: Duration): Duration {
   return value === undefined ? fallback : parseDuration(value, field);
 }
 
-const BROKER_OPTION_KEYS = new Set(['database', 'blueprints', 'workers', 'clock', 'logger', 'closeGrace', 'claimTtl', 'sweepInterval', 'waitRecheck', 'backoff', 'maxAllocationFailures', 'retention', 'gcInterval']);
+const BROKER_OPTION_KEYS = new Set(['database', 'blueprints', 'workers', 'clock', 'logger', 'closeGrace', 'claimTtl', 'sweepInterval', 'waitRecheck', 'backoff', 'maxAllocationFailures', 'retention', 'gcInterval', 'priorityAging', 'quotas']);
 /** Node runs a timer of more than 2^31 - 1 ms after 1 ms; tuning durations stay far below that. */
 const MAX_TUNING_MS = 24 * 60 * 60 * 1000;
 
@@ -126,7 +146,19 @@ export function checkBrokerOptions(options: BrokerOptions): BrokerSettings {
   if (!(Number.isInteger(maxAllocationFailures) && maxAllocationFailures >= 1 && maxAllocationFailures <= 1000)) {
     throw new ValidationError('maxAllocationFailures', `must be an integer from 1 to 1000 (got ${String(options.maxAllocationFailures)})`);
   }
+  let priorityAging: Duration | null = null;
+  if (options.priorityAging !== undefined) {
+    if (!isPlainObject(options.priorityAging as unknown)) throw new ValidationError('priorityAging', "must be { every } (a duration such as { minutes: 1 } or 'PT1M')");
+    for (const key of Object.keys(options.priorityAging)) if (key !== 'every') throw new ValidationError(`priorityAging.${key}`, 'is not a priorityAging option (known: every)');
+    if (options.priorityAging.every === undefined) throw new ValidationError('priorityAging.every', 'is required: how long a lease waits for each step up in priority');
+    priorityAging = parseDuration(options.priorityAging.every, 'priorityAging.every');
+    if (priorityAging.toMillis() < 1_000) throw new ValidationError('priorityAging.every', `must be at least 1 second (got ${priorityAging.toISO()})`);
+    atMostADay(priorityAging, 'priorityAging.every');
+  }
+  const quotas = checkQuotas(options.quotas).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   return {
+    quotas,
+    priorityAging,
     database,
     blueprints,
     concurrency: options.workers === false ? null : (options.workers?.concurrency ?? 4),

@@ -7,6 +7,7 @@ import type { LeaseRecord, ResourceRecord } from '../model/lease.js';
 import { LEASE_STATUSES, RESOURCE_STATUSES } from '../model/states.js';
 import type { LeaseRow, ResourceRow } from '../store/store.js';
 import { fromDb } from '../time.js';
+import { describeValue } from '../values.js';
 import type { Blueprint } from '../blueprint/contract.js';
 
 const statusFilter = (value: string | string[] | undefined, known: readonly string[], field: string) => {
@@ -39,6 +40,18 @@ export const toLogEntry = (blueprints: Map<string, Blueprint<any, any, any>>, r:
   message: renderLog(r.type, r.data ?? {}, renderers(blueprints, r.blueprint ?? null)),
 });
 
+/** `limit` and `offset` of a list: whole numbers, checked here so that SQL never sees a bad one. */
+const pageOf = (q: { limit?: unknown; offset?: unknown }): { limit?: number; offset?: number } => {
+  const { limit, offset } = q;
+  if (limit !== undefined && !(Number.isInteger(limit) && (limit as number) >= 1 && (limit as number) <= 10_000)) {
+    throw new ValidationError('limit', `must be a whole number from 1 to 10000 (got ${describeValue(limit)})`);
+  }
+  if (offset !== undefined && !(Number.isInteger(offset) && (offset as number) >= 0 && (offset as number) <= Number.MAX_SAFE_INTEGER)) {
+    throw new ValidationError('offset', `must be a whole number, 0 or more (got ${describeValue(offset)})`);
+  }
+  return { limit: limit as number | undefined, offset: offset as number | undefined };
+};
+
 /** The broker's reads: leases, resources and logs. Filters are checked before anything is read. */
 export function readCalls(ctx: BrokerContext, live: <T>(call: () => Promise<T>) => Promise<T>): Pick<Broker, 'leases' | 'resources' | 'logs'> {
   const { store } = ctx;
@@ -51,9 +64,9 @@ export function readCalls(ctx: BrokerContext, live: <T>(call: () => Promise<T>) 
           return row ? publicLease(row) : null;
         }),
       list: (query) => live(async () => {
-        const q = checkFilter(query, { call: 'leases.list', field: 'query' }, ['type', 'owner', 'resource'], ['status']) as LeaseQuery;
+        const q = checkFilter(query, { call: 'leases.list', field: 'query' }, ['type', 'owner', 'resource', 'parentResource'], ['status', 'limit', 'offset']) as LeaseQuery;
         const statuses = statusFilter(q.status, LEASE_STATUSES, 'status');
-        return (await store.listLeases({ ...q, statuses })).map(publicLease);
+        return (await store.listLeases({ ...q, ...pageOf(q), statuses })).map(publicLease);
       }),
     },
     resources: {
@@ -64,9 +77,9 @@ export function readCalls(ctx: BrokerContext, live: <T>(call: () => Promise<T>) 
           return row ? publicResource(row) : null;
         }),
       list: (query) => live(async () => {
-        const q = checkFilter(query, { call: 'resources.list', field: 'query' }, ['type', 'blueprint'], ['status']) as ResourceQuery;
+        const q = checkFilter(query, { call: 'resources.list', field: 'query' }, ['type', 'blueprint'], ['status', 'limit', 'offset']) as ResourceQuery;
         const statuses = statusFilter(q.status, RESOURCE_STATUSES, 'status');
-        return (await store.listResources({ ...q, statuses })).map(publicResource);
+        return (await store.listResources({ ...q, ...pageOf(q), statuses })).map(publicResource);
       }),
     },
     logs: (options) => live(async () => {

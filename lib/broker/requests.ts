@@ -54,10 +54,10 @@ function checkSpecAgainstRegistry(blueprints: Map<string, Blueprint<any, any, an
 }
 
 /** Records a lease of this broker's API or of a resource's hook (a child lease): refused on a closed broker or for a type no blueprint serves. */
-export async function recordLease(ctx: BrokerContext, spec: NormalizedSpec, origin: LeaseOrigin = {}, atOnce = false): Promise<LeaseRow> {
+export async function recordLease(ctx: BrokerContext, spec: NormalizedSpec, origin: LeaseOrigin = {}, atOnce = false, onId?: (id: string) => void): Promise<LeaseRow> {
   if (ctx.closed) throw new BrokerClosedError();
   checkSpecAgainstRegistry(ctx.settings.blueprints, spec);
-  return submitLease(ctx.runtime, ctx.engine, spec, origin, atOnce);
+  return submitLease(ctx.runtime, ctx.engine, spec, origin, atOnce, onId);
 }
 
 export async function whenActive(ctx: BrokerContext, id: string, opts: { timeout?: DurationInput; signal?: AbortSignal; justRequested?: boolean } = {}): Promise<Lease> {
@@ -107,10 +107,10 @@ export async function whenActive(ctx: BrokerContext, id: string, opts: { timeout
 }
 
 /** Records a lease request; the caller watches it. */
-async function request(ctx: BrokerContext, spec: LeaseSpec, atOnce = false) {
+async function request(ctx: BrokerContext, spec: LeaseSpec, atOnce = false, onId?: (id: string) => void) {
   const normalized = normalizeSpec(spec, { now: ctx.settings.clock.now() });
   // No acquire timeout and no abort signal: hooks run inline cannot honour either.
-  const row = await recordLease(ctx, normalized, {}, atOnce && !normalized.timeout && !normalized.signal);
+  const row = await recordLease(ctx, normalized, {}, atOnce && !normalized.timeout && !normalized.signal, onId);
   crashPoint('acquire.recorded');
   const activeOptions = (opts: { timeout?: DurationInput; signal?: AbortSignal }) => ({ timeout: opts.timeout ?? normalized.timeout ?? undefined, signal: opts.signal ?? normalized.signal });
   // From the request on: a lease that waits for capacity longer than its ttl is renewed too.
@@ -147,9 +147,12 @@ export async function requestLease(ctx: BrokerContext, spec: LeaseSpec): Promise
   };
 }
 
-/** `acquire()`: one implementation for both overloads; the typed one only narrows what the caller sees. */
-export async function acquire(ctx: BrokerContext, spec: LeaseSpec): Promise<Lease> {
-  const { id, activeOptions, stopKeepAlive } = await request(ctx, spec, true);
+/**
+ * `acquire()`: one implementation for both overloads; the typed one only narrows what the
+ * caller sees. `onId` hears the lease's id once chosen, before its hooks run (tracing).
+ */
+export async function acquire(ctx: BrokerContext, spec: LeaseSpec, onId?: (id: string) => void): Promise<Lease> {
+  const { id, activeOptions, stopKeepAlive } = await request(ctx, spec, true, onId);
   // Nothing can have moved the lease since its insert returned: no statement completes
   // between here and the watch starting, so the watch skips its first read.
   return activeOrStop(ctx, id, stopKeepAlive, { ...activeOptions({}), justRequested: true });

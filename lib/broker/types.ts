@@ -13,14 +13,28 @@ import type { DateTime } from 'luxon';
 
 /** The public face of a broker: what `createBroker` returns, and the shapes of its reads. */
 
-export interface LeaseQuery {
+/**
+ * One page of a list, oldest first: `{ limit: 50, offset: 100 }` is the third page of 50.
+ * A page is read with LIMIT/OFFSET in the database, never by loading every match.
+ */
+export interface PageQuery {
+  /** At most this many records, 1 to 10000. @defaultValue every match */
+  limit?: number;
+  /** Skip this many matches first (a whole number). @defaultValue 0 */
+  offset?: number;
+}
+
+export interface LeaseQuery extends PageQuery {
   status?: LeaseStatus | LeaseStatus[];
   type?: string;
   owner?: string;
+  /** The leases on this resource. */
   resource?: string;
+  /** The child leases this resource took (`ctx.acquireLease`). */
+  parentResource?: string;
 }
 
-export interface ResourceQuery {
+export interface ResourceQuery extends PageQuery {
   status?: ResourceStatus | ResourceStatus[];
   type?: string;
   blueprint?: string;
@@ -55,6 +69,12 @@ export interface BlueprintStats {
   /** Whether it serves only authorized owners (`requireAuthorization`), and how many of its authorizations are `requested`, awaiting a decision. */
   requireAuthorization: boolean;
   requestedAuthorizations: number;
+  /** Whether it drains (`broker.drainBlueprint`): it serves no new lease until resumed. */
+  draining: boolean;
+  /** Active resources with no lease. */
+  idle: number;
+  /** The warm pool this broker's configuration of it keeps (`limits.minIdle`); 0 without one. */
+  warmTarget: number;
 }
 
 export interface TypeStats {
@@ -66,6 +86,17 @@ export interface TypeStats {
   live: number;
   deletionLane: number;
   oldestAgeMs: Partial<Record<'pending' | 'acquired' | 'released' | 'broken', number>>;
+}
+
+/** What `drainBlueprint` and `resumeBlueprint` did. */
+export interface DrainResult {
+  blueprint: string;
+  /** The state now. */
+  draining: boolean;
+  /** False when the blueprint was already in that state (nothing was written). */
+  changed: boolean;
+  /** A drain: the idle resources told to release themselves (their workers do it). */
+  idleResources: string[];
 }
 
 export interface BrokerStats {
@@ -114,6 +145,15 @@ export interface Broker extends AsyncDisposable {
     decline(blueprint: string, owner: string, options?: { author?: string }): Promise<AuthorizationRecord>;
     list(query?: AuthorizationQuery): Promise<AuthorizationRecord[]>;
   };
+  /**
+   * Drains a blueprint, for every broker of the database: it serves no new lease and builds
+   * no resource; its idle resources are released now and its leased ones when their leases
+   * end. Waiting leases go to other blueprints of their type, or wait. Stored until
+   * `resumeBlueprint`: unlike `enabled: false`, which is this broker's configuration.
+   */
+  drainBlueprint(blueprint: string, options?: { author?: string }): Promise<DrainResult>;
+  /** Ends a drain: the blueprint serves leases again, and the best waiting lease looks at once. */
+  resumeBlueprint(blueprint: string, options?: { author?: string }): Promise<DrainResult>;
   on<E extends keyof BrokerEvents>(event: E, listener: (payload: BrokerEvents[E]) => void): () => void;
   stats(): Promise<BrokerStats>;
   /**

@@ -102,7 +102,28 @@ export async function releaseAndWait(ctx: BrokerContext, id: string, opts?: { wa
   // The holder lets go: its keepalive stops renewing.
   ctx.keepAlives.get(id)?.();
   // Rendered "Lease released by holder.": the author says who, and there is no more to say why.
-  await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');
-  if (wait === false) return;
-  await watchLease(ctx, id, (l) => (l.status === 'destroyed' ? { value: undefined } : null), { decisive: DESTROYED, fromEvent: (e) => (e.row as LeaseRow | undefined) ?? null });
+  if (wait === false) {
+    await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');
+    return;
+  }
+  // The watch starts before the write, and the write returns the status it found: a destroy
+  // before the write is that status, one after it an event, a hint or the slow re-read.
+  // No read of the lease is needed.
+  const unwatch = new AbortController();
+  const destroyed = watchLease(ctx, id, (l) => (l.status === 'destroyed' ? { value: true } : null), {
+    decisive: DESTROYED,
+    fromEvent: (e) => (e.row as LeaseRow | undefined) ?? null,
+    skipFirstRead: true,
+    signal: unwatch.signal,
+    onAbort: () => new Error('no longer watched'),
+  }).catch((error: unknown) => (unwatch.signal.aborted ? false : Promise.reject(error)));
+  let status: string;
+  try {
+    status = await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');
+  } catch (error) {
+    unwatch.abort();
+    throw error;
+  }
+  if (status === 'destroyed') unwatch.abort();
+  await destroyed;
 }

@@ -3,6 +3,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { registerAuthorizations } from './commands/authorizations.js';
+import { registerDrain } from './commands/drain.js';
+import { registerDashboard } from './commands/dashboard.js';
 import { registerGc } from './commands/gc.js';
 import { registerLease } from './commands/lease.js';
 import { registerLists } from './commands/lists.js';
@@ -41,7 +43,7 @@ export function buildProgram(io: Io): Command {
       // Commander's own errors (unknown flag, missing argument) in one line, as ours.
       outputError: (text, write) => write(`slipway: ${text.replace(/^error: /, '').replace(/\s*\n\s*/g, ' ').trim()}\n`),
     });
-  for (const register of [registerMigrate, registerWorker, registerLease, registerRelease, registerObjectCommands, registerLists, registerShow, registerLogs, registerStats, registerAuthorizations, registerGc]) {
+  for (const register of [registerMigrate, registerWorker, registerLease, registerRelease, registerObjectCommands, registerLists, registerShow, registerLogs, registerStats, registerAuthorizations, registerDrain, registerGc, registerDashboard]) {
     register(program, io);
   }
   // Subcommands inherit the settings above (exitOverride, output) when created through .command().

@@ -7,6 +7,8 @@ import { SlotRequest } from './slot-choice.js';
 import { slotConflictKeys, type BlueprintFailure, type LeaseRow, type NewLease, type ResourceRow, type Unit } from '../store/store.js';
 import { authorizationReasons, declinedReason, sortByAuthorization, type AuthorizationVerdict } from './authorizations.js';
 import { crashPoint } from './crash-points.js';
+import { fullQuota, overQuotaReason, quotaGate, quotasFor } from './quotas.js';
+import { retirementOf } from './retirement.js';
 import { baseContext, callHook, hookFailureLog, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
 import { at, backoffDelay, blueprintsForType, REREAD, type HookFailure, type LeaseMoved, type LeaseStep, type Runtime } from './runtime.js';
 
@@ -66,6 +68,20 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
   }
   const names = candidates.map((b) => b.name);
   const byName = new Map(candidates.map((b) => [b.name, b]));
+
+  // A quota with no room: wait, with one log row; the lease that frees a place wakes the
+  // best waiter the quota counts. A resource handed to this lease meanwhile goes to the
+  // next waiter (one being built for it stays reserved: it will want it).
+  const quotas = quotasFor(rt, lease);
+  const noRoom = quotas.length > 0 ? await fullQuota(rt, quotas) : null;
+  if (noRoom) {
+    if (lease.allocatingResourceId && (await store.resource(lease.allocatingResourceId))?.status !== 'pending') {
+      await store.single((u) => store.forgetReservation(u, lease.id, lease.allocatingResourceId!));
+      lease.allocatingResourceId = null;
+      claim.chained = true;
+    }
+    return wait(rt, lease, claim, names, { list: [overQuotaReason(noRoom.quota, noRoom.count)], leaseSpecific: true });
+  }
 
   // The allocation this lease already drives comes first; while it is pending, wait for it.
   if (lease.allocatingResourceId) {
@@ -153,8 +169,8 @@ export async function acquireAtOnce(rt: Runtime, lease: NewLease, claim: { worke
   const { store } = rt;
   const view = { id: lease.id, type: lease.type, attributes: lease.attributes, owner: lease.owner, expiresAt: lease.expiresAt };
   const ofType = blueprintsForType(rt, lease.type).filter((b) => b.enabled && (!lease.blueprints || lease.blueprints.includes(b.name)));
-  // Authorization is the allocator's to decide (and to request): such a lease queues.
-  if (ofType.some((b) => b.requireAuthorization)) return null;
+  // Authorization is the allocator's to decide (and to request), and so is a quota: such a lease queues.
+  if (ofType.some((b) => b.requireAuthorization) || quotasFor(rt, lease).length > 0) return null;
   const candidates: Blueprint<any, any, any>[] = [];
   for (const blueprint of ofType) {
     const ever = await leaseHook<boolean>(rt, blueprint, 'canEverAllocate', view, true);
@@ -177,7 +193,7 @@ export async function acquireAtOnce(rt: Runtime, lease: NewLease, claim: { worke
           });
           if (!acquired.ok) return acquired;
           const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
-          const acquisition = { resourceId: resource.id, maxLeases: blueprint.limits.maxLeasesPerResource, slots: slots.keys, unlessWaiting: lease.type };
+          const acquisition = { resourceId: resource.id, maxLeases: blueprint.limits.maxLeasesPerResource, slots: slots.keys, unlessWaiting: lease.type, retirement: retirementOf(blueprint, rt.clock.now()) };
           const done = await store.single((u) => store.insertAcquired(u, lease, acquisition, attributes as JsonObject, blueprint.name, claim));
           return done ? { ...done, intent: 'activate' } : null;
         } catch (error) {
@@ -209,7 +225,7 @@ async function* freeResources(rt: Runtime, leaseId: string, blueprint: Blueprint
   if (high < low) return;
   let after: ResourceRow | null = null;
   for (let left = limit; left > 0; ) {
-    const rows = await store.freeResources(blueprint.name, leaseId, low, high, after, Math.min(PAGE, left));
+    const rows = await store.freeResources(blueprint.name, leaseId, low, high, after, Math.min(PAGE, left), retirementOf(blueprint, rt.clock.now()));
     for (const row of rows) {
       after = row;
       yield after;
@@ -285,7 +301,7 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
   const max = blueprint.limits.maxLeasesPerResource;
   try {
     // One statement: the resource takes the lease (still active, not reserved for another,
-    // below maxLeasesPerResource), the slot locks are taken, and the lease moves to
+    // below maxLeasesPerResource, not retired by recycling or a drain), the slot locks are taken, and the lease moves to
     // acquired with the intent to activate it recorded; all of it, or none.
     // A hand-off may have reserved another resource for this lease since the pass read it:
     // the statement frees that one for the next waiter (`freed`), or it would stay reserved
@@ -294,18 +310,26 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
       store.acquireOnResource(
         u,
         lease.id,
-        { resourceId: resource.id, maxLeases: max, slots: slots.keys },
+        { resourceId: resource.id, maxLeases: max, slots: slots.keys, retirement: retirementOf(blueprint, rt.clock.now()) },
         // allocating_resource_id is left as it is: the statement reads it to free the reservation.
         { resource_id: resource.id, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
         [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
       );
     // On a blueprint that requires authorization, the acquisition commits only while the
-    // owner is authorized: checked under the blueprint's authorization lock, in its transaction.
-    const result = blueprint.requireAuthorization
-      ? await store.unit(async (u) => ((await store.authorizationGate(u, blueprint.name, lease.authorizingOwner)) === 'authorized' ? take(u) : UNAUTHORIZED))
-      : await store.single(take);
-    // The authorization changed since this pass read it: the next pass sorts the candidates again.
-    if (result === UNAUTHORIZED) return REREAD;
+    // owner is authorized: checked under the blueprint's authorization lock, in its
+    // transaction. Under a quota, only while the quota has room: counted under its lock.
+    const quotas = quotasFor(rt, lease);
+    const result =
+      blueprint.requireAuthorization || quotas.length > 0
+        ? await store.unit(async (u) => {
+            if (blueprint.requireAuthorization && (await store.authorizationGate(u, blueprint.name, lease.authorizingOwner)) !== 'authorized') return UNAUTHORIZED;
+            if (quotas.length > 0 && (await quotaGate(rt, u, quotas))) return OVER_QUOTA;
+            return take(u);
+          })
+        : await store.single(take);
+    // The authorization changed since this pass read it: the next pass sorts the candidates
+    // again. A quota filled meanwhile: the next pass sees it and waits.
+    if (result === UNAUTHORIZED || result === OVER_QUOTA) return REREAD;
     if (!result) {
       reasons.list.push(`${resource.id} is no longer available`);
       return 'no';
@@ -332,11 +356,14 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
 }
 
 const UNAUTHORIZED = 'unauthorized' as const;
+const OVER_QUOTA = 'over-quota' as const;
 
 type AllocateResult = 'allocated' | 'look-again' | 'no' | 'rate-limited' | 'backing-off' | 'full' | LeaseStep;
 
 /** What the allocation transaction decided; the two objects are handled once it has ended. */
-type AllocationDecision = 'allocated' | 'look-again' | 'rate-limited' | 'full' | typeof UNAUTHORIZED | { backingOff: BlueprintFailure } | { policyFailed: HookError };
+const DRAINING = 'draining' as const;
+
+type AllocationDecision = 'allocated' | 'look-again' | 'rate-limited' | 'full' | typeof UNAUTHORIZED | typeof DRAINING | { backingOff: BlueprintFailure } | { policyFailed: HookError };
 
 async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<AllocateResult> {
   const { store } = rt;
@@ -362,6 +389,8 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
     if (blueprint.requireAuthorization && (await store.authorizationGate(u, blueprint.name, lease.authorizingOwner)) !== 'authorized') return UNAUTHORIZED;
     // Short and hook-free: allocation decisions of one blueprint are serialized here.
     const counts = await store.lockAllocations(u, blueprint.name);
+    // Draining is operational state of every broker's: it serves no new lease, so it builds none.
+    if (counts.draining) return DRAINING;
     const failure = counts.failure;
     if (failure && failure.retryAt > u.now) return { backingOff: failure };
     let limit: number;
@@ -391,6 +420,10 @@ async function tryAllocate(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
   }
   // The authorization changed since this pass read it: the next pass sorts the candidates again.
   if (result === UNAUTHORIZED) return REREAD;
+  if (result === DRAINING) {
+    reasons.list.push(`${blueprint.name} is draining (broker.drainBlueprint): it serves no new lease until it is resumed`);
+    return 'no';
+  }
   if (result === 'allocated') crashPoint('allocate.recorded');
   if (result === 'rate-limited') reasons.list.push(`${blueprint.name} is at its allocation limit`);
   if (result === 'full') reasons.list.push(noRoom(blueprint));
@@ -450,13 +483,13 @@ async function reclaimIdle(rt: Runtime, lease: LeaseRow, blueprint: Blueprint<an
   const { store } = rt;
   const idleBefore = () => rt.clock.now().minus(blueprint.limits.reclaimIdleAfter);
   // Most waits find nothing to reclaim: look without a transaction first.
-  const seen = await store.reclaimable(blueprint.name, idleBefore(), lease.id);
+  const seen = await store.reclaimable(blueprint.name, idleBefore(), lease.id, retirementOf(blueprint, rt.clock.now()));
   if (!seen) return null;
   // A resource this pass never asked became idle while it ran (a burst: a lease just let
   // go of it): the lease may well take it. Reclaiming it would destroy and rebuild it.
   if (!asked.has(seen)) return 'look-again';
   return store.unit(async (u) => {
-    const id = await store.reclaimable(blueprint.name, idleBefore(), lease.id, u);
+    const id = await store.reclaimable(blueprint.name, idleBefore(), lease.id, retirementOf(blueprint, u.now), u);
     if (!id) return null;
     if (!asked.has(id)) return 'look-again';
     await store.command(u, 'resource', id, 'reclaim', { lease: lease.id }, `lease:${lease.id}`);

@@ -12,15 +12,19 @@ import type { LeaseMoved, Runtime } from './runtime.js';
  * left it when that is known without a read (commands written meanwhile wake the
  * object's work item, so its next pass sees them), or null.
  */
-export async function consumeCommands(rt: Runtime, kind: ObjectKind, id: string): Promise<LeaseMoved | null> {
+export async function consumeCommands(rt: Runtime, kind: ObjectKind, id: string, known?: LeaseRow): Promise<LeaseMoved | null> {
   const { store } = rt;
-  const commands = await store.commands(kind, id);
+  const commands = known?.commands ?? (await store.commands(kind, id));
   let moved: LeaseMoved | null = null;
+  // The lease as its worker just read it (no one else moves its status while the worker
+  // holds its claim) serves the first command; after a command it is read again.
+  let lease: LeaseRow | undefined = known;
   for (const command of commands) {
     crashPoint('command.read');
     // A command with no effect leaves the lease as the last one that had one left it.
-    if (kind === 'lease') moved = (await applyToLease(rt, id, command)) ?? moved;
+    if (kind === 'lease') moved = (await applyToLease(rt, id, command, lease)) ?? moved;
     else await applyToResource(rt, id, command);
+    lease = undefined;
     crashPoint('command.consumed');
   }
   if (moved) moved.lease.hasCommands = false;
@@ -41,9 +45,9 @@ function consumedWith(rt: Runtime, command: CommandRow, now: Unit['now']): AlsoW
   return rt.store.consumedWith(command.id, now);
 }
 
-async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promise<LeaseMoved | null> {
+async function applyToLease(rt: Runtime, id: string, command: CommandRow, known: LeaseRow | undefined): Promise<LeaseMoved | null> {
   const { store } = rt;
-  const lease = await store.lease(id);
+  const lease = known ?? (await store.lease(id));
   if (!lease) {
     await store.single((u) => store.consume(u, command.id, 'rejected: no such lease'));
     return null;
@@ -89,28 +93,35 @@ async function applyToLease(rt: Runtime, id: string, command: CommandRow): Promi
  * Moves a live lease's expiry to the command's `until`. Refused when the lease is on its
  * way out, when it is active and its expiry has passed already (its holder's signal has
  * aborted: the lease is over even if this worker has not released it yet), or when `until`
- * has passed by now.
+ * has passed by now. Both times are judged holding the lease's row, which the signal's read
+ * at the expiry waits for: judged before, a renewal could commit after the holder had read
+ * the old expiry and been told the lease expired.
  */
 async function extend(rt: Runtime, lease: LeaseRow, command: CommandRow): Promise<LeaseMoved | null> {
   const { store } = rt;
   const until = typeof command.data.until === 'string' ? DateTime.fromISO(command.data.until, { setZone: true }) : null;
-  const now = rt.clock.now();
-  let refusal: string | null = null;
-  if (!LEASE_STATE_FLAGS[lease.status].live) refusal = `no effect: lease is already ${lease.status}`;
-  // An active lease past its expiry is over: its holder's signal has aborted. One not active
-  // yet has no holder to tell, and a renewal written while a hook ran (a keepalive) keeps it.
-  else if (lease.status === 'active' && lease.expiresAt && lease.expiresAt <= now) refusal = `rejected: lease expired at ${lease.expiresAt.toUTC().toISO()}`;
-  else if (!until?.isValid) refusal = 'rejected: no valid until';
-  else if (until <= now) refusal = `rejected: ${until.toUTC().toISO()} has passed`;
+  const refusal = !LEASE_STATE_FLAGS[lease.status].live ? `no effect: lease is already ${lease.status}` : !until?.isValid ? 'rejected: no valid until' : null;
   if (refusal) {
     await store.single((u) => store.consume(u, command.id, refusal));
     return null;
   }
-  const row = await store.unit((u) =>
-    store.extendLease(u, lease, until!, command.id, { type: 'lease.extended', data: { from: lease.expiresAt?.toUTC().toISO() ?? null, to: until!.toUTC().toISO()!, author: command.author }, lease: lease.id }),
-  );
-  // Its status moved under it (not by this worker): the next pass reads it and the command again.
-  return row ? { lease: row } : null;
+  return store.unit(async (u) => {
+    const expiresAt = await store.lockLeaseExpiry(u, lease.id, lease.status);
+    // Its status moved under it (not by this worker): the next pass reads it and the command again.
+    if (expiresAt === undefined) return null;
+    const now = rt.clock.now();
+    // An active lease past its expiry is over: its holder's signal has aborted. One not active
+    // yet has no holder to tell, and a renewal written while a hook ran (a keepalive) keeps it.
+    let late: string | null = null;
+    if (lease.status === 'active' && expiresAt && expiresAt <= now) late = `rejected: lease expired at ${expiresAt.toUTC().toISO()}`;
+    else if (until! <= now) late = `rejected: ${until!.toUTC().toISO()} has passed`;
+    if (late) {
+      await store.consume(u, command.id, late);
+      return null;
+    }
+    const row = await store.extendLease(u, lease, until!, command.id, { type: 'lease.extended', data: { from: expiresAt?.toUTC().toISO() ?? null, to: until!.toUTC().toISO()!, author: command.author }, lease: lease.id });
+    return row ? { lease: row } : null;
+  });
 }
 
 async function applyToResource(rt: Runtime, id: string, command: CommandRow): Promise<void> {

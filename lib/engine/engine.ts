@@ -6,6 +6,7 @@ import type { ClaimedWork } from '../store/store.js';
 import { crashPoint } from './crash-points.js';
 import { processLease } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
+import { topUpWarmPools, warmPools } from './warm-pool.js';
 import { exponentialMs, type LeaseMoved, type Outcome, type Runtime } from './runtime.js';
 
 export interface EngineOptions {
@@ -57,6 +58,10 @@ export class Engine {
   private cancelScheduled: (() => void) | undefined;
   private scheduledAt: number | undefined;
   private idleWaiters: Array<() => void> = [];
+  private readonly hasWarmPools: boolean;
+  /** A warm-pool top-up runs; `warmAgain`: another was asked for meanwhile. */
+  private warming = false;
+  private warmAgain = false;
   /** The last errors of the library's own work (for tests and diagnosis), at most ERRORS_KEPT; the logger has every one. */
   readonly errors: unknown[] = [];
 
@@ -69,6 +74,7 @@ export class Engine {
     this.queue = new PQueue({ concurrency: options.concurrency });
     // A slot came free: waits for idleness (runUntilIdle, close) look again.
     this.queue.on('next', () => this.notifyIdle());
+    this.hasWarmPools = warmPools(rt).length > 0;
   }
 
   /** Slots taken: passes running or queued, and reservations. */
@@ -77,11 +83,44 @@ export class Engine {
   }
 
   start() {
-    this.sweepTimer = setInterval(() => this.poke(), this.options.sweepInterval.toMillis());
+    this.sweepTimer = setInterval(() => {
+      this.poke();
+      this.topUpWarmPools();
+    }, this.options.sweepInterval.toMillis());
     this.sweepTimer.unref();
     this.heartbeatTimer = setInterval(() => void this.heartbeat(), Math.max(50, this.options.claimTtl.toMillis() / 3));
     this.heartbeatTimer.unref();
     this.poke();
+    this.topUpWarmPools();
+  }
+
+  /**
+   * Looks at the warm pools (`minIdle`) soon: after a change that may have used or freed a
+   * spare resource, and on every sweep. A hint, like `poke`: the sweep repeats it, and a
+   * top-up that runs while another is asked for runs once more after it.
+   */
+  topUpWarmPools() {
+    if (this.stopped || !this.hasWarmPools) return;
+    this.warmAgain = true;
+    if (this.warming) return;
+    this.warming = true;
+    void (async () => {
+      while (this.warmAgain && !this.stopped) {
+        this.warmAgain = false;
+        // Invariant 8: on a fresh turn of the event loop, as every pass.
+        await yieldToEventLoop();
+        try {
+          await topUpWarmPools(this.rt);
+        } catch (error) {
+          if (this.stopped) break;
+          this.noteError(error);
+          this.rt.logger.warn({ err: error }, 'slipway: topping up a warm pool failed; the sweep will retry');
+        }
+      }
+    })().finally(() => {
+      this.warming = false;
+      this.notifyIdle();
+    });
   }
 
   /** Look for work now. Cheap and idempotent: many pokes while a poll runs cause one more poll. */
@@ -114,7 +153,15 @@ export class Engine {
       this.maybeDue = false;
       const { store, clock, workerId } = this.rt;
       const now = clock.now();
-      const rows = await store.claimWork(now, free, workerId, [...this.inflight.keys()], now.plus(this.options.claimTtl));
+      const observe = this.rt.workObserver?.();
+      const claiming = store.claimWork(now, free, workerId, [...this.inflight.keys()], now.plus(this.options.claimTtl));
+      if (observe) {
+        claiming.then(
+          (rows) => observe({ unit: 'claim', durationMs: Math.max(0, clock.now().toMillis() - now.toMillis()), claimed: rows.length, error: null }),
+          (error: unknown) => observe({ unit: 'claim', durationMs: Math.max(0, clock.now().toMillis() - now.toMillis()), claimed: 0, error }),
+        );
+      }
+      const rows = await claiming;
       for (const item of rows) {
         this.inflight.set(`${item.kind}:${item.id}`, item);
         void this.queue.add(() => this.run(item), { priority: item.priority });
@@ -193,12 +240,19 @@ export class Engine {
     await yieldToEventLoop();
     try {
       let outcome: Outcome;
+      const observe = this.rt.workObserver?.();
+      const started = observe ? clock.now() : null;
+      // Whoever deleted the work item, the pass ended in its deletion.
+      const observed = (result: Outcome['next'] | 'error', error: unknown = null) =>
+        observe?.({ unit: 'pass', kind: item.kind, id: item.id, durationMs: Math.max(0, clock.now().toMillis() - started!.toMillis()), outcome: result === 'deleted' ? 'delete' : result, error });
       try {
         outcome =
           item.kind === 'lease'
-            ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts }, item.moved)
+            ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts, wakeCount: item.wakeCount }, item.moved)
             : await processResource(this.rt, { id: item.id, attempts: item.attempts });
+        observed(outcome.next);
       } catch (error) {
+        observed('error', error);
         if (this.halted) return;
         // A failure of the library's own writes (a refused CAS, a lost connection): retry with backoff.
         this.noteError(error);
@@ -209,6 +263,8 @@ export class Engine {
       }
       if (this.halted) return;
       crashPoint('pass.decided');
+      // The destroy's own statement deleted the item (no wake came during the pass).
+      if (outcome.next === 'deleted') return;
       if (outcome.next === 'delete') {
         if (await store.deleteWork({ ...item, workerId })) return;
       }
@@ -245,7 +301,7 @@ export class Engine {
 
   get busy(): boolean {
     // A reserved slot is a request running its hooks at once (acquire's fast path): work too.
-    return this.polling || this.inflight.size > 0 || this.load > 0;
+    return this.polling || this.warming || this.inflight.size > 0 || this.load > 0;
   }
 
   private notifyIdle() {
@@ -284,7 +340,7 @@ export class Engine {
     const drained = new Promise<'idle'>((resolve) => {
       const check = async () => {
         // A queued or running pass is in `inflight` from its claim to the end of its `run`.
-        while (this.load > 0 || this.inflight.size > 0) {
+        while (this.load > 0 || this.inflight.size > 0 || this.warming) {
           await new Promise<void>((wake) => this.idleWaiters.push(wake));
         }
         resolve('idle');

@@ -37,7 +37,9 @@ export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, an
   const result = await runHook(rt, blueprint, hook, fn, ctx, fallback, attempt);
   const outcome = result.ok ? 'ok' : result.kind;
   const code = !result.ok && result.kind === 'failed' ? errorCode(result.error) : null;
-  observe({ blueprint: blueprint.name, hook, outcome, durationMs: Math.max(0, rt.clock.now().toMillis() - started.toMillis()), code });
+  const error = !result.ok && result.kind === 'failed' ? result.error : null;
+  const { lease, resource } = ctx as { lease?: { id: string } | null; resource?: { id: string } | null };
+  observe({ blueprint: blueprint.name, hook, outcome, durationMs: Math.max(0, rt.clock.now().toMillis() - started.toMillis()), code, lease: lease?.id ?? null, resource: resource?.id ?? null, error });
   return result;
 }
 

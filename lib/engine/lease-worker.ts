@@ -5,12 +5,16 @@ import { humanDuration } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
 import { baseContext, callHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
-import { at, DROP_WORK, PARK, REREAD, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
+import { quotasFor } from './quotas.js';
+import { mayRetire, retiredBecause } from './retirement.js';
+import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
   id: string;
   chained: boolean;
   attempts: number;
+  /** The claimed work item's wake count: the destroy deletes the item only if no wake came during the pass. */
+  wakeCount: number;
   /**
    * A CAS of this pass recorded the intent of a phase whose hook has not been called yet
    * (acquired: activate; released: destroy). Kept for the whole pass, so a read in
@@ -34,7 +38,7 @@ export async function processLease(rt: Runtime, claim: LeaseClaim, known?: Lease
     const lease: LeaseRow | null = moved?.lease ?? (await store.lease(claim.id));
     if (!lease) return DROP_WORK;
     if (lease.hasCommands) {
-      moved = await consumeCommands(rt, 'lease', lease.id);
+      moved = await consumeCommands(rt, 'lease', lease.id, lease);
       if (moved?.intent) claim.intent = moved.intent;
       continue;
     }
@@ -208,19 +212,26 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     const destroyed = await callHook(rt, blueprint, 'destroyLease', ctx, undefined, attempt);
     if (!destroyed.ok) return retryDestroy(rt, 'destroyLease', destroyed, attempt, { kind: 'lease', id: lease.id, status: lease.status }, { lease: lease.id, resource: resource.id, blueprint: blueprint.name });
   }
-  await store.unit(async (u) => {
+  const workDropped = await store.unit(async (u) => {
     // One statement: the lease is destroyed, its slot locks go, a reservation it held goes
-    // to the next waiter, and its resource counts one lease fewer (idle from now if it
-    // was the last).
-    const { freed, left } = await store.destroyLease(u, lease.id, lease.status, [
+    // to the next waiter, its resource counts one lease fewer (idle from now if it was the
+    // last), and its work item goes unless a wake came during this pass.
+    const { freed, left, dropped } = await store.destroyLease(u, lease.id, lease.status, [
       { type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null },
-    ]);
+    ], { workerId: rt.workerId, wakeCount: claim.wakeCount });
     for (const f of freed) await store.wakeNextWaiting(u, [f.type], [f.blueprint]);
-    if (!left) return;
+    // A place in each quota that counted it: the best waiter the quota holds back looks now.
+    if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
+    if (!left) return dropped;
     const idle = left.leaseCount === 0;
-    // A resource on its way out waits for its last lease; an idle one may have an idle expiry to schedule.
-    if ((left.status !== 'active' && idle) || (left.status === 'active' && idle && blueprint?.limits.idleExpiry)) await store.wake(u, 'resource', [left.id]);
-    if (left.status === 'active') await store.handOff(u, left.id, left.type, left.blueprint);
+    const active = left.status === 'active';
+    // Recycled or of a draining blueprint: it takes no new lease, so it is handed to no waiter.
+    const retired = active && (blueprint ? retiredBecause(blueprint, left, u.now) !== null : left.blueprintDraining);
+    // A resource on its way out waits for its last lease; an idle one may have an idle
+    // expiry or a recycling age to schedule, or be retired and go now.
+    if (idle && (!active || blueprint?.limits.idleExpiry || mayRetire(blueprint, left))) await store.wake(u, 'resource', [left.id]);
+    if (active && !retired) await store.handOff(u, left.id, left.type, left.blueprint);
+    return dropped;
   });
-  return DROP_WORK;
+  return workDropped ? WORK_DROPPED : DROP_WORK;
 }

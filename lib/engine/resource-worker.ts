@@ -1,3 +1,4 @@
+import { DateTime } from 'luxon';
 import { SlotRequest } from './slot-choice.js';
 import type { Blueprint } from '../blueprint/contract.js';
 import { ChildLeaseCycleError } from '../errors/child-lease-cycle-error.js';
@@ -8,6 +9,8 @@ import { normalizeSpec, type JsonObject, type LeaseSpec, type NormalizedSpec } f
 import { type LeaseRow, type ResourceRow, type Unit } from '../store/store.js';
 import { breakResource, consumeCommands, stopRequested } from './commands.js';
 import { baseContext, callHook, hookFailureLog, leaseView, resourceView, retryDestroy, retryPhase, WaitingForChild } from './hooks.js';
+import { retiredBecause, retiresAt } from './retirement.js';
+import { mayExpireIdle } from './warm-pool.js';
 import { at, backoffDelay, blueprintsForType, DROP_WORK, PARK, type Outcome, type Runtime } from './runtime.js';
 
 export interface ResourceClaim {
@@ -232,7 +235,12 @@ async function refuseCycle(rt: Runtime, resource: ResourceRow, driver: LeaseRow 
   throw error;
 }
 
-/** An active resource with no leases releases itself once its blueprint's idle expiry has passed. */
+/**
+ * An active resource with no leases releases itself once its blueprint's idle expiry has
+ * passed (unless its warm pool would go below `minIdle`), or at once when it is retired: recycled (`maxResourceAge`,
+ * `maxLeasesPerResourceLifetime`, `destroyOnRelease`) or of a draining blueprint. A leased
+ * one is never released here: the worker of its last lease wakes it when it is gone.
+ */
 async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprint<any, any, any>): Promise<Outcome> {
   const { store } = rt;
   const now = rt.clock.now();
@@ -243,17 +251,41 @@ async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprin
     idleSince = now;
     await store.single((u) => store.markIdle(u, resource.id));
   }
+  const retired = retiredBecause(blueprint, resource, now);
+  // Reserved by a hand-off or for the lease it was built for: that lease cannot take it
+  // now (the taking statement refuses a retired resource). Its reservation is dropped here
+  // and the lease woken to look elsewhere; the next pass releases the resource.
+  if (retired && resource.reservedFor) {
+    const lease = resource.reservedFor;
+    await store.unit(async (u) => {
+      await store.forgetReservation(u, lease, resource.id);
+      await store.wake(u, 'lease', [lease]);
+    });
+    return at(now);
+  }
   const idle = blueprint.limits.idleExpiry;
-  if (!idle) return PARK;
-  const expiry = idleSince.plus(idle);
-  if (expiry > now) return at(expiry);
-  // Guarded: a lease acquired since the read keeps the resource.
-  await store.single((u) =>
+  let reason = retired;
+  if (!reason) {
+    const expiry = idle ? idleSince.plus(idle) : null;
+    const tooOld = retiresAt(blueprint, resource);
+    const next = expiry && tooOld ? DateTime.min(expiry, tooOld) : (expiry ?? tooOld);
+    if (!next) return PARK;
+    if (next > now) return at(next);
+    reason = `idle for ${idle!.toISO()}`;
+  }
+  const release = (u: Unit) =>
+    // Guarded: a lease acquired since the read keeps the resource.
     store.casIf(u, 'resource', resource.id, 'active', 'released', {}, {
       guard: store.idleGuard,
-      logs: [{ type: 'resource.released', data: { reason: `idle for ${idle.toISO()}`, author: null }, resource: resource.id, blueprint: blueprint.name }],
-    }),
-  );
+      logs: [{ type: 'resource.released', data: { reason, author: null }, resource: resource.id, blueprint: blueprint.name }],
+    });
+  if (retired || blueprint.limits.minIdle === 0) await store.single(release);
+  else {
+    // An idle expiry spares the warm pool: only idle resources beyond minIdle go.
+    const kept = await store.unit(async (u) => ((await mayExpireIdle(rt, u, blueprint)) ? (await release(u), false) : true));
+    // Kept for the warm pool: it stays until a lease takes it (or a command).
+    if (kept) return PARK;
+  }
   // Released or not (a lease came first), the next pass looks again.
   return at(now);
 }

@@ -1,4 +1,5 @@
 import { Duration, type DateTime } from 'luxon';
+import type { Quota } from '../model/quotas.js';
 import type { Blueprint } from '../blueprint/contract.js';
 import type { Clock } from '../clock.js';
 import type { Lease } from '../model/lease.js';
@@ -30,14 +31,29 @@ export interface Runtime {
   backoff: { initial: Duration; max: Duration };
   /** Allocations a lease may see fail in a row before it breaks with the last error. */
   maxAllocationFailures: number;
+  /** `createBroker({ quotas })`, in lock order (by key). */
+  quotas: Quota[];
   createLease(spec: NormalizedSpec, extra?: { parentResourceId?: string; childKey?: string }): Promise<LeaseRow>;
   leaseObject(row: LeaseRow): Promise<Lease>;
   /**
-   * Who hears of each hook call right now (`slipway/metrics`), or null: then `callHook`
+   * Who hears of each hook call right now (`slipway/metrics`, `slipway/tracing`), or null: then `callHook`
    * does not even read the clock for it. Absent: nobody ever listens.
    */
   hookObserver?(): ((call: HookCall) => void) | null;
+  /**
+   * Who hears of each unit of work of the engine right now (`slipway/tracing` with
+   * `unitsOfWork`), or null: then the engine does not read the clock for it.
+   */
+  workObserver?(): ((work: WorkDone) => void) | null;
 }
+
+/**
+ * One unit of work of the engine's hot path: a claim of due work items (`claim`), or one
+ * worker pass over a lease or resource (`pass`), timed on the broker's clock.
+ */
+export type WorkDone =
+  | { unit: 'claim'; durationMs: number; claimed: number; error: unknown }
+  | { unit: 'pass'; durationMs: number; kind: 'lease' | 'resource'; id: string; outcome: Exclude<Outcome['next'], 'deleted'> | 'error'; error: unknown };
 
 /**
  * One blueprint hook call as `callHook` saw it: its time on the broker's clock, how it
@@ -49,13 +65,20 @@ export interface HookCall {
   outcome: 'ok' | 'retry' | 'child' | 'failed';
   durationMs: number;
   code: string | null;
+  /** The lease of the hook's context (`ctx.lease`), or null: a resource's own hook, or one with no lease driving it. */
+  lease: string | null;
+  /** The resource of the hook's context (`ctx.resource`), or null (a lease that has none yet). */
+  resource: string | null;
+  /** What the hook threw, for a failure (a `HookError`, whose cause is the hook's own error); else null. */
+  error: HookError | null;
 }
 
 /** What one pass over an object decided about its work item. */
 export type Outcome =
   | { next: 'park' }
   | { next: 'at'; at: DateTime; attempts?: number }
-  | { next: 'delete' };
+  | { next: 'delete' }
+  | { next: 'deleted' };
 
 /**
  * What one step of a lease's pass hands to the next: the lease as the step's own CAS left
@@ -87,6 +110,8 @@ export type LeaseStep = Outcome | LeaseMoved | typeof REREAD;
 export const PARK: Outcome = { next: 'park' };
 /** The object reached its end: its work item is deleted. */
 export const DROP_WORK: Outcome = { next: 'delete' };
+/** The object reached its end, and the statement that ended it deleted its work item too. */
+export const WORK_DROPPED: Outcome = { next: 'deleted' };
 export const at = (when: DateTime, attempts?: number): Outcome => ({ next: 'at', at: when, attempts });
 
 /** Capped exponential backoff in milliseconds: initial × 2^(attempt-1), at most max. */

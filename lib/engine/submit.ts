@@ -17,10 +17,13 @@ export interface LeaseOrigin {
  * run inline and the lease is created acquired. `requestLease()` and child leases only
  * record, so that they return as soon as the row exists, however slow the hooks are.
  * `engine` is null for a broker without workers: the lease then waits for another's.
+ * `onId` hears the lease's id as soon as it is chosen, before any hook of it runs.
  */
-export async function submitLease(rt: Runtime, engine: Engine | null, spec: NormalizedSpec, origin: LeaseOrigin = {}, atOnce = false): Promise<LeaseRow> {
+export async function submitLease(rt: Runtime, engine: Engine | null, spec: NormalizedSpec, origin: LeaseOrigin = {}, atOnce = false, onId?: (id: string) => void): Promise<LeaseRow> {
   const { store, clock } = rt;
   const id = store.newId('lease');
+  // Before any hook runs inline: a tracer files the hooks of this lease under its request.
+  onId?.(id);
   // This broker's workers take the new lease at once when they have a free slot: it is
   // created claimed by them, and its first pass needs no claim and no poll.
   const claim = engine?.reserve() ?? null;

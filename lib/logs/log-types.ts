@@ -19,7 +19,7 @@ export interface LogDataByType {
   'lease.requeued': { resource: string; reason: string };
   'lease.destroyed': Record<string, never>;
   'lease.slot-lock-failure': { keys: string[]; resource: string };
-  'resource.allocating': { lease: string | null };
+  'resource.allocating': { lease: string | null; warm?: boolean };
   'resource.allocated': Record<string, never>;
   'resource.activated': Record<string, never>;
   'resource.released': { reason: string; author: string | null };
@@ -34,6 +34,8 @@ export interface LogDataByType {
   'authorization.requested': { blueprint: string; owner: string; lease: string | null; author: string | null };
   'authorization.authorized': { blueprint: string; owner: string; from: string | null; author: string | null };
   'authorization.declined': { blueprint: string; owner: string; from: string | null; author: string | null };
+  'blueprint.draining': { blueprint: string; idle: number; author: string | null };
+  'blueprint.resumed': { blueprint: string; author: string | null };
   'status.changed': { kind: 'lease' | 'resource'; from: string; to: string };
   'blueprint.note': { message: string };
 }
@@ -69,7 +71,7 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'lease.requeued': (d) => `Resource ${d.resource} will not serve this lease (${d.reason}); allocating again.`,
   'lease.destroyed': () => 'Lease destroyed.',
   'lease.slot-lock-failure': (d) => `Slot locks ${d.keys.join(', ')} on resource ${d.resource} are held by another object; will retry.`,
-  'resource.allocating': (d) => `Allocating a new resource${d.lease ? ` for lease ${d.lease}` : ''}.`,
+  'resource.allocating': (d) => `Allocating a new resource${d.lease ? ` for lease ${d.lease}` : d.warm ? ' for the warm pool (minIdle)' : ''}.`,
   'resource.allocated': () => 'Resource allocated.',
   'resource.activated': () => 'Resource is active.',
   'resource.released': (d) => `Resource released${releasedBy(d)}.`,
@@ -86,6 +88,9 @@ const renderers: { [T in LogType]: (data: LogDataByType[T]) => string } = {
   'authorization.requested': (d) => `Authorization of owner ${d.owner} on blueprint ${d.blueprint} requested${d.lease ? ` for lease ${d.lease}` : ''}${d.author ? ` by ${d.author}` : ''}.`,
   'authorization.authorized': (d) => `Owner ${d.owner} authorized on blueprint ${d.blueprint}${changedBy(d)}.`,
   'authorization.declined': (d) => `Owner ${d.owner} declined on blueprint ${d.blueprint}${changedBy(d)}.`,
+  'blueprint.draining': (d) =>
+    `Blueprint ${d.blueprint} drains${d.author ? ` (by ${d.author})` : ''}: it serves no new lease; ${d.idle} idle resource${d.idle === 1 ? '' : 's'} to release now, leased ones when their leases end.`,
+  'blueprint.resumed': (d) => `Blueprint ${d.blueprint} resumed${d.author ? ` by ${d.author}` : ''}: it serves leases again.`,
   'status.changed': (d) => `${d.kind} status ${d.from} → ${d.to}.`,
   'blueprint.note': (d) => d.message,
 };

@@ -7,6 +7,19 @@ import { assertText } from './spec.js';
  * run before anything is read or written. Each error names the bad argument or key.
  */
 
+/** A whole-number option within [min, max] (a limit, a count). */
+export function checkIntegerIn(value: unknown, field: string, min: number, max: number): number {
+  if (!(Number.isInteger(value) && (value as number) >= min && (value as number) <= max)) {
+    throw new ValidationError(field, `must be an integer from ${min} to ${max} (got ${describeValue(value)})`);
+  }
+  return value as number;
+}
+
+/** `checkIntegerIn`, where absent stays absent. */
+export function optionalIntegerIn(value: unknown, field: string, min: number, max: number): number | undefined {
+  return value === undefined ? undefined : checkIntegerIn(value, field, min, max);
+}
+
 /** A text argument or option (an id, a reason, an author): a non-empty string Postgres can store. */
 export function checkText(value: unknown, field: string): string {
   if (typeof value !== 'string' || value === '') throw new ValidationError(field, `must be a non-empty string (got ${describeValue(value)})`);

@@ -3,9 +3,16 @@ import type { LogDataByType, LogType } from '../logs/log-types.js';
 import type { AuthorizationRecord, AuthorizationState } from '../model/authorizations.js';
 import type { LeaseRecord, ResourceRecord } from '../model/lease.js';
 import type { JsonObject } from '../model/spec.js';
+import type { Quota } from '../model/quotas.js';
 import type { LeaseStatus, ObjectKind, ResourceStatus } from '../model/states.js';
 import type { Sql } from './db.js';
 import type { Params } from './params.js';
+
+/** One page of a list: at most `limit` rows (undefined: all) after skipping `offset`. */
+export interface Page {
+  limit?: number;
+  offset?: number;
+}
 
 /*
  * What the engine and the broker ask of storage, in one place: `StoreBackend`, with the rows
@@ -36,6 +43,8 @@ export interface LeaseRow extends LeaseRecord {
   endCause: 'expired' | 'timeout' | null;
   /** Whether unconsumed commands to this lease existed when the row was read. */
   hasCommands: boolean;
+  /** Those commands in order, when the read returned them too (`Store.lease`); a worker then need not read them again. */
+  commands?: CommandRow[];
   /**
    * The owner whose authorization the allocator checks: the lease's own owner, or for a
    * child lease the authorizing owner of its parent resource. Null: none (never authorized).
@@ -64,6 +73,10 @@ export interface ResourceRow extends ResourceRecord {
   hasCommands: boolean;
   /** The authorizing owner of the lease that drove its allocation: what its child leases are authorized as. */
   authorizingOwner: string | null;
+  /** Leases it has taken in its life (`maxLeasesPerResourceLifetime`). */
+  leasesServed: number;
+  /** Whether its blueprint drains; read only with the worker's read of the resource (`Store.resource`), else false. */
+  blueprintDraining: boolean;
 }
 
 export interface CommandRow {
@@ -135,6 +148,29 @@ export interface Acquisition {
   slots: string[];
   /** Take the resource only if no lease of this type waits (first come, first served for a newcomer). */
   unlessWaiting?: string;
+  /** The blueprint's recycling limits (see `retirement`): a resource past them takes no lease. */
+  retirement: Retirement;
+}
+
+/** A resource as the statement that destroyed one of its leases left it. */
+export interface LeftResource {
+  id: string;
+  status: ResourceStatus;
+  leaseCount: number;
+  type: string;
+  blueprint: string;
+  leasesServed: number;
+  /** While active: when it became active, from which `maxResourceAge` counts. */
+  statusChangedAt: DateTime;
+  blueprintDraining: boolean;
+}
+
+/** What a resource must not be past to take a new lease: it takes none either while its blueprint drains. */
+export interface Retirement {
+  /** `maxLeasesPerResourceLifetime`: it must have served fewer. */
+  maxServed: number | null;
+  /** `now - maxResourceAge`: it must have become active after. */
+  bornAfter: DateTime | null;
 }
 
 export interface CasResult<Row> {
@@ -211,12 +247,15 @@ export interface StoreBackend {
 
   // --- Reads of one object
 
-  /** A lease, with whether commands wait for it. */
+  /** A lease, with the commands that wait for it, in order. */
   lease(id: string, sql?: Sql): Promise<LeaseRow | null>;
   /** A lease and, in the same read, its resource (what `acquire()` hands over). */
   leaseWithResource(id: string): Promise<LeaseWithResource | null>;
-  /** The status of each of these leases that still has a row (history is collected after `retention`). */
-  leaseStatuses(ids: string[]): Promise<LeaseStatusRow[]>;
+  /**
+   * The status of each of these leases that still has a row (history is collected after
+   * `retention`). `settled` waits for a renewal being written and reads its outcome.
+   */
+  leaseStatuses(ids: string[], settled?: boolean): Promise<LeaseStatusRow[]>;
   /** A resource, with whether commands wait for it. */
   resource(id: string, sql?: Sql): Promise<ResourceRow | null>;
   /** The leases on a resource that are not destroyed yet, oldest first. */
@@ -274,6 +313,8 @@ export interface StoreBackend {
   writeCommand(unit: Unit, kind: ObjectKind, id: string, command: CommandRow['command'], data: JsonObject, author: string | null, statuses?: readonly string[]): Promise<{ status: string | null; commandId: number | null }>;
   /** Whether a command was consumed yet, and its outcome (`applied`, `no effect: ...`, `rejected: ...`). */
   commandOutcome(commandId: number): Promise<{ consumedAt: DateTime | null; outcome: string | null } | null>;
+  /** Locks a lease's row for a renewal until the unit commits; its expiry, or undefined when its status is no longer `status`. */
+  lockLeaseExpiry(unit: Unit, id: string, status: string): Promise<DateTime | null | undefined>;
   /**
    * The lease's worker moves its expiry to `until`, consuming the `extend` command, with a
    * log entry; null if its status is no longer the one read. Announced to this process as
@@ -302,7 +343,7 @@ export interface StoreBackend {
    * that could not use it, and only to those that ask for something else (type,
    * attributes, blueprints), since a lease that asks for the same would be refused the same.
    */
-  wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints' | 'authorizingOwner'>): Promise<string | null>;
+  wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints' | 'authorizingOwner' | 'createdAt'>): Promise<string | null>;
   /**
    * Freed capacity on an active resource goes to the best-ranked waiting lease: it is
    * woken and the resource is reserved for it, so a newcomer cannot jump the queue.
@@ -359,8 +400,8 @@ export interface StoreBackend {
 
   /** A lease lets go of the resource it drove or had reserved (both rows, one statement). */
   forgetReservation(unit: Unit, leaseId: string, resourceId: string): Promise<void>;
-  /** One page of a blueprint's active resources that lease `leaseId` might take, lease count within [low, high], after `after`. */
-  freeResources(blueprint: string, leaseId: string, low: number, high: number, after: ResourceRow | null, limit: number): Promise<ResourceRow[]>;
+  /** One page of a blueprint's active resources that lease `leaseId` might take, lease count within [low, high], after `after`, not retired. */
+  freeResources(blueprint: string, leaseId: string, low: number, high: number, after: ResourceRow | null, limit: number, retirement: Retirement): Promise<ResourceRow[]>;
   /**
    * One statement: a pending lease takes an active resource (see `takeResource`), with its
    * slot locks, and moves to acquired with `sets`; a reservation it held elsewhere is freed
@@ -374,13 +415,13 @@ export interface StoreBackend {
    * Serializes the allocation decisions of one blueprint for the rest of the transaction,
    * and reads what they decide on: resources allocating and active, and its failure streak.
    */
-  lockAllocations(unit: Unit, blueprint: string): Promise<{ allocating: number; active: number; failure: BlueprintFailure | null }>;
+  lockAllocations(unit: Unit, blueprint: string): Promise<{ allocating: number; active: number; failure: BlueprintFailure | null; draining: boolean }>;
   /** Takes the first free one of a blueprint's `maxResources` capacity slots for a new resource; false when all are held. */
   takeCapacitySlot(unit: Unit, blueprint: string, maxResources: number, resourceId: string): Promise<boolean>;
   /** A new pending resource, reserved for the lease that drives it, with its work item. */
-  insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string; authorizingOwner: string | null }): Promise<void>;
+  insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string | null; authorizingOwner: string | null }): Promise<void>;
   /** The idle resource of a full blueprint that lease `leaseId` may reclaim (idle since `idleBefore` or earlier); with a unit, row-locked (SKIP LOCKED). */
-  reclaimable(blueprint: string, idleBefore: DateTime, leaseId: string, unit?: Unit): Promise<string | null>;
+  reclaimable(blueprint: string, idleBefore: DateTime, leaseId: string, retirement: Retirement, unit?: Unit): Promise<string | null>;
   /** Whether a lease still wants a resource of `blueprint` being built: the one it is reserved for, or a waiting lease of the type. */
   demandFor(type: string, blueprint: string, reservedFor: string | null): Promise<boolean>;
 
@@ -399,14 +440,37 @@ export interface StoreBackend {
   activateLease(unit: Unit, leaseId: string, resource: ResourceRow, sets: Sets, logs: LogInsert[]): Promise<LeaseRow | null>;
   /**
    * One statement: the lease is destroyed, its slot locks go, a reservation it held goes
-   * back (`freed`), and its resource counts one lease fewer (`left`: what it is now).
+   * back (`freed`), its resource counts one lease fewer (`left`: what it is now), and,
+   * given the claim of its worker's pass, its work item goes (`dropped`) if that claim
+   * still holds it and no wake came since.
    */
-  destroyLease(unit: Unit, leaseId: string, from: LeaseStatus, logs: LogInsert[]): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: { id: string; status: ResourceStatus; leaseCount: number; type: string; blueprint: string } | null }>;
+  destroyLease(
+    unit: Unit,
+    leaseId: string,
+    from: LeaseStatus,
+    logs: LogInsert[],
+    claim?: { workerId: string; wakeCount: number },
+  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean }>;
   /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */
   consumedWith(commandId: number, now: DateTime): AlsoWrite;
 
   /** The guard of an idle expiry (a CAS's `guard`): no lease was acquired or reserved since the read. */
   readonly idleGuard: () => string;
+
+  // --- Pool policies
+
+  /** Sets whether a blueprint drains (shared by every broker); a drain wakes its idle resources' workers in the same unit. */
+  setDraining(unit: Unit, blueprint: string, draining: boolean, author: string | null): Promise<{ wasDraining: boolean; idle: string[] }>;
+  /** A blueprint's idle and warming resources, under its allocation lock (see `Store.spareResources`). */
+  spareResources(unit: Unit, blueprint: string, retirement: Retirement): Promise<{ idle: number; warming: number }>;
+  /** How many leases a quota counts; with a unit, under the quota's lock (see `Store.quotaCount`). */
+  quotaCount(quota: Quota, unit?: Unit): Promise<number>;
+  /** Wakes the best-ranked waiting lease a quota counts. */
+  wakeQuotaWaiter(unit: Unit, quota: Quota): Promise<string | null>;
+  /** The blueprints that drain. */
+  drainingBlueprints(): Promise<Set<string>>;
+  /** The types resources of `blueprint` had. */
+  typesOfBlueprint(blueprint: string, sql?: Sql): Promise<string[]>;
 
   // --- Child leases
 
@@ -444,14 +508,14 @@ export interface StoreBackend {
 
   // --- Reads and stats for the public API
 
-  /** Leases for `broker.leases.list`: of these statuses (null: any), type, owner and resource. */
-  listLeases(q: { statuses: string[] | null; type?: string; owner?: string; resource?: string }): Promise<LeaseRow[]>;
-  /** Resources for `broker.resources.list`: of these statuses (null: any), type and blueprint. */
-  listResources(q: { statuses: string[] | null; type?: string; blueprint?: string }): Promise<ResourceRow[]>;
+  /** Leases for `broker.leases.list`: of these statuses (null: any), type, owner, resource and parent resource; one page of them. */
+  listLeases(q: { statuses: string[] | null; type?: string; owner?: string; resource?: string; parentResource?: string } & Page): Promise<LeaseRow[]>;
+  /** Resources for `broker.resources.list`: of these statuses (null: any), type and blueprint; one page of them. */
+  listResources(q: { statuses: string[] | null; type?: string; blueprint?: string } & Page): Promise<ResourceRow[]>;
   /** Log rows, oldest first, raw (the broker renders them). */
   listLogs(f: { lease?: string; resource?: string; blueprint?: string; type?: string }): Promise<Array<Record<string, any>>>;
   /** Resources counted by blueprint, type, status and whether their destroy is under way, with the oldest status change of each group. */
-  resourceCounts(): Promise<Array<{ blueprint: string; type: string; status: ResourceStatus; destroying: boolean; n: number; oldest: DateTime | null }>>;
+  resourceCounts(): Promise<Array<{ blueprint: string; type: string; status: ResourceStatus; destroying: boolean; n: number; idle: number; oldest: DateTime | null }>>;
   /** Leases counted by type and status, with the oldest status change of each group. */
   leaseCounts(): Promise<Array<{ type: string; status: LeaseStatus; n: number; oldest: DateTime | null }>>;
 }

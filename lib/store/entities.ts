@@ -52,6 +52,7 @@ export interface ResourceRow {
   leaseCount: number;
   buildFailed: boolean;
   authorizingOwner: string | null;
+  leasesServed: number;
 }
 
 export interface LogRow {
@@ -106,6 +107,13 @@ export interface BlueprintFailureRow {
   retryAt: Date;
 }
 
+export interface BlueprintStateRow {
+  blueprint: string;
+  draining: boolean;
+  changedAt: Date;
+  changedBy: string | null;
+}
+
 export interface AuthorizationRow {
   blueprint: string;
   ownerPattern: string;
@@ -130,6 +138,7 @@ export interface SlipwayEntities {
   SlotLock: EntitySchema<SlotLockRow>;
   BlueprintFailure: EntitySchema<BlueprintFailureRow>;
   Authorization: EntitySchema<AuthorizationRow>;
+  BlueprintState: EntitySchema<BlueprintStateRow>;
   Migration: EntitySchema<MigrationRow>;
 }
 
@@ -206,6 +215,7 @@ export function slipwayEntities(options: { schema?: string } = {}): SlipwayEntit
       leaseCount: int('lease_count'),
       buildFailed: bool('build_failed'),
       authorizingOwner: text('authorizing_owner', true),
+      leasesServed: int('leases_served'),
     }),
     Log: entity<LogRow>('SlipwayLog', schema, 'logs', {
       id: { ...identity('id'), primary: true },
@@ -259,6 +269,12 @@ export function slipwayEntities(options: { schema?: string } = {}): SlipwayEntit
       ownerPattern: primary(text('owner_pattern')),
       state: text('state'),
       createdAt: time('created_at'),
+      changedAt: time('changed_at'),
+      changedBy: text('changed_by', true),
+    }),
+    BlueprintState: entity<BlueprintStateRow>('SlipwayBlueprintState', schema, 'blueprint_states', {
+      blueprint: primary(text('blueprint')),
+      draining: bool('draining'),
       changedAt: time('changed_at'),
       changedBy: text('changed_by', true),
     }),

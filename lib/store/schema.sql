@@ -28,6 +28,16 @@ CREATE TABLE slipway.blueprint_failures (
 
 CREATE UNIQUE INDEX blueprint_failures_pkey ON slipway.blueprint_failures USING btree (blueprint);
 
+CREATE TABLE slipway.blueprint_states (
+  blueprint text NOT NULL,
+  draining boolean NOT NULL,
+  changed_at timestamp with time zone NOT NULL,
+  changed_by text,
+  CONSTRAINT blueprint_states_pkey PRIMARY KEY (blueprint)
+);
+
+CREATE UNIQUE INDEX blueprint_states_pkey ON slipway.blueprint_states USING btree (blueprint);
+
 CREATE TABLE slipway.commands (
   id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
   target_kind text NOT NULL,
@@ -131,6 +141,7 @@ CREATE TABLE slipway.resources (
   lease_count integer DEFAULT 0 NOT NULL,
   build_failed boolean DEFAULT false NOT NULL,
   authorizing_owner text,
+  leases_served integer DEFAULT 0 NOT NULL,
   CONSTRAINT resources_lease_count_check CHECK ((lease_count >= 0)),
   CONSTRAINT resources_pkey PRIMARY KEY (id),
   CONSTRAINT resources_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'active'::text, 'released'::text, 'broken'::text, 'destroyed'::text])))

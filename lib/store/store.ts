@@ -5,13 +5,14 @@ import { IllegalTransitionError } from '../errors/illegal-transition-error.js';
 import { SlotLockConflictError } from '../errors/slot-lock-conflict-error.js';
 import type { AuthorizationRecord, AuthorizationState } from '../model/authorizations.js';
 import type { JsonObject } from '../model/spec.js';
+import type { Quota } from '../model/quotas.js';
 import { isLegalTransition, type LeaseStatus, type ObjectKind, type ResourceStatus } from '../model/states.js';
 import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
 import { Params } from './params.js';
 import { quoteIdent, statements, type Statements } from './sql/statements.js';
-import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
-export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
+import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend, Page } from './backend.js';
+export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
 
 export function mapLease(r: Record<string, any>): LeaseRow {
   return {
@@ -44,6 +45,10 @@ export function mapLease(r: Record<string, any>): LeaseRow {
   };
 }
 
+function mapCommand(r: Record<string, any>): CommandRow {
+  return { id: Number(r.id), targetKind: r.target_kind, targetId: r.target_id, command: r.command, data: r.data ?? {}, author: r.author ?? null };
+}
+
 export function mapResource(r: Record<string, any>): ResourceRow {
   return {
     id: r.id,
@@ -63,6 +68,8 @@ export function mapResource(r: Record<string, any>): ResourceRow {
     buildFailed: Boolean(r.build_failed),
     authorizingOwner: r.authorizing_owner ?? null,
     hasCommands: Boolean(r.has_commands),
+    leasesServed: Number(r.leases_served ?? 0),
+    blueprintDraining: Boolean(r.blueprint_draining),
   };
 }
 
@@ -117,8 +124,10 @@ export class Store implements StoreBackend {
     private readonly afterCommit: (unit: Unit) => void,
     /** Random ids when absent. */
     private readonly ids?: IdSource,
+    /** The broker's `priorityAging.every`: waiters are ranked by their aged priority. Null: strict priority. */
+    private readonly priorityAging: Duration | null = null,
   ) {
-    this.sql = statements(db.schema);
+    this.sql = statements(db.schema, priorityAging === null ? null : priorityAging.toMillis());
     this.s = quoteIdent(db.schema);
   }
 
@@ -190,10 +199,12 @@ export class Store implements StoreBackend {
 
   // --- reads -------------------------------------------------------------------------
 
-  /** A lease, with whether commands wait for it. */
+  /** A lease, with the commands that wait for it, in order. */
   async lease(id: string, sql: Sql = this.db): Promise<LeaseRow | null> {
-    const rows = await sql.query(this.sql.leaseWithCommands, [id]);
-    return rows[0] ? mapLease(rows[0]) : null;
+    const [r] = await sql.query(this.sql.leaseWithCommands, [id]);
+    if (!r) return null;
+    const commands = ((r.unconsumed ?? []) as Array<Record<string, any>>).map((c) => mapCommand({ ...c, target_kind: 'lease', target_id: id }));
+    return { ...mapLease(r), hasCommands: commands.length > 0, commands };
   }
 
   /** A lease and, in the same read, its resource (what `acquire()` hands over). */
@@ -205,8 +216,8 @@ export class Store implements StoreBackend {
   }
 
   /** The status of each of these leases that still has a row (history is collected after `retention`). */
-  async leaseStatuses(ids: string[]): Promise<LeaseStatusRow[]> {
-    const rows = await this.db.query(this.sql.leaseStatuses, [ids]);
+  async leaseStatuses(ids: string[], settled = false): Promise<LeaseStatusRow[]> {
+    const rows = await this.db.query(settled ? this.sql.leaseStatusesSettled : this.sql.leaseStatuses, [ids]);
     return rows.map((r) => ({ id: r.id, status: r.status, brokenReason: r.broken_reason ?? null, expiresAt: fromDb(r.expires_at), statusChangedAt: fromDb(r.status_changed_at)! }));
   }
 
@@ -229,7 +240,7 @@ export class Store implements StoreBackend {
 
   async commands(kind: ObjectKind, id: string, sql: Sql = this.db): Promise<CommandRow[]> {
     const rows = await sql.query(this.sql.unconsumedCommands, [kind, id]);
-    return rows.map((r) => ({ id: Number(r.id), targetKind: r.target_kind, targetId: r.target_id, command: r.command, data: r.data ?? {}, author: r.author ?? null }));
+    return rows.map(mapCommand);
   }
 
   // --- writes ------------------------------------------------------------------------
@@ -324,9 +335,10 @@ export class Store implements StoreBackend {
         name: 'taken',
         returning: true,
         sql: (p) => `
-        UPDATE ${this.s}.resources SET lease_count = lease_count + 1, idle_since = NULL, reserved_for = NULL
+        UPDATE ${this.s}.resources r SET lease_count = lease_count + 1, leases_served = leases_served + 1, idle_since = NULL, reserved_for = NULL
         WHERE id = ${p.add(a.resourceId)} AND status = 'active' AND (reserved_for IS NULL OR reserved_for = ${p.add(leaseId)})
           AND (${p.add(a.maxLeases)}::integer IS NULL OR lease_count < ${p.add(a.maxLeases)}::integer)
+          AND ${this.sql.notRetired('r', p.add(a.retirement.maxServed), p.add(toDb(a.retirement.bornAfter)))}
           AND (${p.add(a.unlessWaiting ?? null)}::text IS NULL
                OR NOT EXISTS (SELECT 1 FROM ${this.s}.leases w WHERE w.status = 'pending' AND w.type = ${p.add(a.unlessWaiting ?? null)}::text))
         RETURNING *`,
@@ -496,6 +508,16 @@ export class Store implements StoreBackend {
   }
 
   /**
+   * Locks a lease's row for a renewal, until the unit commits, and reads its expiry; undefined
+   * when the lease left `status` meanwhile. A renewal judged before this could commit after
+   * the holder's signal, reading the row at the old expiry, had aborted.
+   */
+  async lockLeaseExpiry(unit: Unit, id: string, status: string): Promise<DateTime | null | undefined> {
+    const [r] = await unit.sql.query(this.sql.lockLeaseExpiry, [id, status]);
+    return r ? fromDb(r.expires_at) : undefined;
+  }
+
+  /**
    * The lease's own worker moves its expiry (an `extend` command) in one transaction with
    * the command's consumption and the log entry (coalesced per author). Null if the lease
    * left `status` meanwhile.
@@ -572,13 +594,13 @@ export class Store implements StoreBackend {
    * that could not use it, and only to those that ask for something else (type,
    * attributes, blueprints), since a lease that asks for the same would be refused the same.
    */
-  async wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints' | 'authorizingOwner'>): Promise<string | null> {
+  async wakeNextWaiting(unit: Unit, types: string[], blueprints: string[], after?: Pick<LeaseRow, 'priority' | 'seq' | 'type' | 'attributes' | 'blueprints' | 'authorizingOwner' | 'createdAt'>): Promise<string | null> {
     const rows = await unit.sql.query(this.sql.wakeNextWaiting, [
       types,
       blueprints,
       toDb(unit.now),
       after?.seq ?? null,
-      after?.priority ?? null,
+      after ? this.rank(after, unit.now) : null,
       after ? after.type : null,
       after ? JSON.stringify(after.attributes) : null,
       after?.blueprints ?? null,
@@ -586,6 +608,12 @@ export class Store implements StoreBackend {
     ]);
     if (rows[0]) unit.woke = true;
     return rows[0]?.object_id ?? null;
+  }
+
+  /** A waiting lease's rank among waiters: its priority, plus one per `priorityAging` it has waited (as the SQL ranks them). */
+  private rank(lease: Pick<LeaseRow, 'priority' | 'createdAt'>, now: DateTime): number {
+    if (this.priorityAging === null) return lease.priority;
+    return lease.priority + Math.floor(Math.max(0, now.toMillis() - lease.createdAt.toMillis()) / this.priorityAging.toMillis());
   }
 
   /**
@@ -705,14 +733,14 @@ export class Store implements StoreBackend {
 
   // --- the allocator's reads and writes -----------------------------------------------
 
-  /** A lease lets go of the resource it drove or had reserved (both rows, one statement). */
+  /** A lease lets go of the resource it drove or had reserved, or that resource of the lease (both rows, one statement). */
   async forgetReservation(unit: Unit, leaseId: string, resourceId: string): Promise<void> {
     await unit.sql.query(this.sql.forgetReservation, [leaseId, resourceId]);
   }
 
-  /** One page of a blueprint's active resources that lease `leaseId` might take, lease count within [low, high], after `after`. */
-  async freeResources(blueprint: string, leaseId: string, low: number, high: number, after: ResourceRow | null, limit: number): Promise<ResourceRow[]> {
-    const rows = await this.db.query(this.sql.freeResources, [blueprint, leaseId, low, high, after?.leaseCount ?? null, after ? toDb(after.createdAt) : null, after?.id ?? null, limit]);
+  /** One page of a blueprint's active resources that lease `leaseId` might take, lease count within [low, high], after `after`, not retired. */
+  async freeResources(blueprint: string, leaseId: string, low: number, high: number, after: ResourceRow | null, limit: number, retirement: Retirement): Promise<ResourceRow[]> {
+    const rows = await this.db.query(this.sql.freeResources, [blueprint, leaseId, low, high, after?.leaseCount ?? null, after ? toDb(after.createdAt) : null, after?.id ?? null, limit, retirement.maxServed, toDb(retirement.bornAfter)]);
     return rows.map(mapResource);
   }
 
@@ -742,12 +770,12 @@ export class Store implements StoreBackend {
 
   /**
    * Serializes the allocation decisions of one blueprint for the rest of the transaction,
-   * and reads what they decide on: resources allocating and active, and its failure streak.
+   * and reads what they decide on: resources allocating and active, its failure streak, and whether it drains.
    */
-  async lockAllocations(unit: Unit, blueprint: string): Promise<{ allocating: number; active: number; failure: BlueprintFailure | null }> {
+  async lockAllocations(unit: Unit, blueprint: string): Promise<{ allocating: number; active: number; failure: BlueprintFailure | null; draining: boolean }> {
     await unit.sql.query(this.sql.allocationLock, [`slipway:alloc:${this.db.schema}:${blueprint}`]);
     const [counts] = await unit.sql.query(this.sql.allocationCounts, [blueprint]);
-    return { allocating: Number(counts.allocating), active: Number(counts.active), failure: counts.failure ? mapBlueprintFailure(counts.failure) : null };
+    return { allocating: Number(counts.allocating), active: Number(counts.active), failure: counts.failure ? mapBlueprintFailure(counts.failure) : null, draining: Boolean(counts.draining) };
   }
 
   /** Takes the first free one of a blueprint's `maxResources` capacity slots for a new resource; false when all are held. */
@@ -756,17 +784,17 @@ export class Store implements StoreBackend {
     return (await unit.sql.query(this.sql.takeCapacitySlot, [keys, resourceId, toDb(unit.now)])).length > 0;
   }
 
-  /** A new pending resource, reserved for the lease that drives it, with its work item. */
-  async insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string; authorizingOwner: string | null }): Promise<void> {
+  /** A new pending resource, reserved for the lease that drives it (none: a warm pool's), with its work item. */
+  async insertPendingResource(unit: Unit, resource: { id: string; type: string; blueprint: string; reservedFor: string | null; authorizingOwner: string | null }): Promise<void> {
     await unit.sql.query(this.sql.insertPendingResource, [resource.id, resource.type, resource.blueprint, resource.reservedFor, toDb(unit.now), resource.authorizingOwner]);
     unit.events.push({ kind: 'resource', id: resource.id, from: null, to: 'pending' });
     await this.ensureWork(unit, 'resource', resource.id, unit.now);
   }
 
-  /** The idle resource of a full blueprint that lease `leaseId` may reclaim (idle since `idleBefore` or earlier); with a unit, row-locked (SKIP LOCKED). */
-  async reclaimable(blueprint: string, idleBefore: DateTime, leaseId: string, unit?: Unit): Promise<string | null> {
+  /** The idle resource of a full blueprint that lease `leaseId` may reclaim (idle since `idleBefore` or earlier, not retired); with a unit, row-locked (SKIP LOCKED). */
+  async reclaimable(blueprint: string, idleBefore: DateTime, leaseId: string, retirement: Retirement, unit?: Unit): Promise<string | null> {
     const text = unit ? this.sql.lockReclaimable(this.sql.reclaimable) : this.sql.reclaimable;
-    const rows = await (unit?.sql ?? this.db).query(text, [blueprint, toDb(idleBefore), leaseId]);
+    const rows = await (unit?.sql ?? this.db).query(text, [blueprint, toDb(idleBefore), leaseId, retirement.maxServed, toDb(retirement.bornAfter)]);
     return (rows[0]?.id as string | undefined) ?? null;
   }
 
@@ -808,19 +836,31 @@ export class Store implements StoreBackend {
 
   /**
    * One statement: the lease is destroyed, its slot locks go, a reservation it held goes
-   * back (`freed`), and its resource counts one lease fewer (`left`: what it is now).
+   * back (`freed`), its resource counts one lease fewer (`left`: what it is now), and,
+   * given the claim of its worker's pass, its work item goes (`dropped`) if that claim
+   * still holds it and no wake came since.
    */
-  async destroyLease(unit: Unit, leaseId: string, from: LeaseStatus, logs: LogInsert[]): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: { id: string; status: ResourceStatus; leaseCount: number; type: string; blueprint: string } | null }> {
+  async destroyLease(unit: Unit, leaseId: string, from: LeaseStatus, logs: LogInsert[], claim?: { workerId: string; wakeCount: number }): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean }> {
     const { also } = await this.casWith(unit, 'lease', leaseId, from, 'destroyed', { phase: null, phase_attempts: 0 }, {
       logs,
       also: [
         { name: 'slots', sql: this.sql.destroyedLeaseSlots },
         { name: 'freed', returning: true, sql: this.sql.destroyedLeaseFreed },
         { name: 'counted', returning: true, sql: (p) => this.sql.destroyedLeaseCounted(p, toDb(unit.now)) },
+        ...(claim ? [{ name: 'dropped', returning: true, sql: (p: Params) => this.sql.destroyedLeaseWork(p, claim.workerId, claim.wakeCount) }] : []),
       ],
     });
     const left = also.counted[0];
-    return { freed: also.freed, left: left ? { id: left.id, status: left.status, leaseCount: Number(left.lease_count), type: left.type, blueprint: left.blueprint } : null };
+    return {
+      dropped: (also.dropped?.length ?? 0) > 0,
+      freed: also.freed,
+      left: left
+        ? {
+            id: left.id, status: left.status, leaseCount: Number(left.lease_count), type: left.type, blueprint: left.blueprint,
+            leasesServed: Number(left.leases_served), statusChangedAt: fromDb(left.status_changed_at)!, blueprintDraining: Boolean(left.blueprint_draining),
+          }
+        : null,
+    };
   }
 
   /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */
@@ -830,6 +870,67 @@ export class Store implements StoreBackend {
 
   /** The guard of an idle expiry: no lease was acquired or reserved since the read. */
   readonly idleGuard = () => this.sql.idleGuard();
+
+  // --- pool policies -------------------------------------------------------------------
+
+  /**
+   * Sets whether a blueprint drains, for every broker of the schema; returns whether it
+   * drained before. A drain wakes the workers of its idle resources (each releases its
+   * own), in the same transaction: nothing of it lives only in memory.
+   */
+  async setDraining(unit: Unit, blueprint: string, draining: boolean, author: string | null): Promise<{ wasDraining: boolean; idle: string[] }> {
+    const [row] = await unit.sql.query(this.sql.setDraining, [blueprint, draining, toDb(unit.now), author]);
+    const idle = draining ? (await unit.sql.query(this.sql.idleResourcesOf, [blueprint])).map((r) => r.id as string) : [];
+    if (idle.length > 0) await this.wake(unit, 'resource', idle);
+    return { wasDraining: Boolean(row?.was_draining), idle };
+  }
+
+  /**
+   * A blueprint's spare resources, for its warm pool (`minIdle`): active with no lease, not
+   * reserved and not retired (`idle`), and pending with no lease waiting for them
+   * (`warming`). Read in the unit that holds the blueprint's allocation lock, so that the
+   * decisions taken on it (build more, let one expire) are serialized.
+   */
+  async spareResources(unit: Unit, blueprint: string, retirement: Retirement): Promise<{ idle: number; warming: number }> {
+    const [row] = await unit.sql.query(this.sql.spareResources, [blueprint, retirement.maxServed, toDb(retirement.bornAfter)]);
+    return { idle: Number(row?.idle ?? 0), warming: Number(row?.warming ?? 0) };
+  }
+
+  /**
+   * How many leases a quota counts now. With a unit, under the quota's lock (held to the
+   * end of the unit), which every acquisition the quota counts takes: then the count is
+   * exact until the unit ends, and an acquisition in it keeps the quota.
+   */
+  async quotaCount(quota: Quota, unit?: Unit): Promise<number> {
+    if (unit) await unit.sql.query(this.sql.allocationLock, [`slipway:quota:${this.db.schema}:${quota.key}`]);
+    const [row] = await (unit?.sql ?? this.db).query(this.sql.quotaCount, [...this.quotaParams(quota), this.quotaIsPrefix(quota)]);
+    return Number(row?.n ?? 0);
+  }
+
+  /** A lease the quota counted is gone: its best-ranked waiting lease is woken. */
+  async wakeQuotaWaiter(unit: Unit, quota: Quota): Promise<string | null> {
+    const rows = await unit.sql.query(this.sql.wakeQuotaWaiter, [...this.quotaParams(quota), toDb(unit.now), this.quotaIsPrefix(quota)]);
+    if (rows[0]) unit.woke = true;
+    return rows[0]?.object_id ?? null;
+  }
+
+  private quotaParams(quota: Quota): [string | null, string | null] {
+    return [quota.type, quota.owner === null ? null : this.quotaIsPrefix(quota) ? quota.owner.slice(0, -1) : quota.owner];
+  }
+
+  private quotaIsPrefix(quota: Quota): boolean {
+    return quota.owner !== null && quota.owner.endsWith('/*');
+  }
+
+  /** The blueprints whose `blueprint_states` row says they drain. */
+  async drainingBlueprints(): Promise<Set<string>> {
+    return new Set((await this.db.query(this.sql.blueprintStates)).filter((r) => r.draining).map((r) => r.blueprint as string));
+  }
+
+  /** The types resources of `blueprint` had: what a drain or resume concerns when this broker does not know the blueprint. */
+  async typesOfBlueprint(blueprint: string, sql: Sql = this.db): Promise<string[]> {
+    return (await sql.query(this.sql.typesOfBlueprint, [blueprint])).map((r) => r.type as string);
+  }
 
   // --- child leases --------------------------------------------------------------------
 
@@ -914,12 +1015,15 @@ export class Store implements StoreBackend {
 
   // --- the public API's reads --------------------------------------------------------
 
-  async listLeases(q: { statuses: string[] | null; type?: string; owner?: string; resource?: string }): Promise<LeaseRow[]> {
-    return (await this.db.query(this.sql.listLeases, [q.statuses, q.type ?? null, q.owner ?? null, q.resource ?? null])).map(mapLease);
+  /** Leases oldest request first; `limit` undefined reads every match. */
+  async listLeases(q: { statuses: string[] | null; type?: string; owner?: string; resource?: string; parentResource?: string } & Page): Promise<LeaseRow[]> {
+    const params = [q.statuses, q.type ?? null, q.owner ?? null, q.resource ?? null, q.parentResource ?? null, q.limit ?? null, q.offset ?? 0];
+    return (await this.db.query(this.sql.listLeases, params)).map(mapLease);
   }
 
-  async listResources(q: { statuses: string[] | null; type?: string; blueprint?: string }): Promise<ResourceRow[]> {
-    return (await this.db.query(this.sql.listResources, [q.statuses, q.type ?? null, q.blueprint ?? null])).map(mapResource);
+  /** Resources oldest first; `limit` undefined reads every match. */
+  async listResources(q: { statuses: string[] | null; type?: string; blueprint?: string } & Page): Promise<ResourceRow[]> {
+    return (await this.db.query(this.sql.listResources, [q.statuses, q.type ?? null, q.blueprint ?? null, q.limit ?? null, q.offset ?? 0])).map(mapResource);
   }
 
   /** Log rows, oldest first, raw (the broker renders them). */
@@ -928,8 +1032,8 @@ export class Store implements StoreBackend {
   }
 
   /** Resources counted by blueprint, type, status and whether their destroy is under way, with the oldest status change of each group. */
-  async resourceCounts(): Promise<Array<{ blueprint: string; type: string; status: ResourceStatus; destroying: boolean; n: number; oldest: DateTime | null }>> {
-    return (await this.db.query(this.sql.resourceCounts)).map((r) => ({ blueprint: r.blueprint, type: r.type, status: r.status, destroying: Boolean(r.destroying), n: Number(r.n), oldest: fromDb(r.oldest) }));
+  async resourceCounts(): Promise<Array<{ blueprint: string; type: string; status: ResourceStatus; destroying: boolean; n: number; idle: number; oldest: DateTime | null }>> {
+    return (await this.db.query(this.sql.resourceCounts)).map((r) => ({ blueprint: r.blueprint, type: r.type, status: r.status, destroying: Boolean(r.destroying), n: Number(r.n), idle: Number(r.idle), oldest: fromDb(r.oldest) }));
   }
 
   /** Leases counted by type and status, with the oldest status change of each group. */

@@ -45,14 +45,16 @@ export type Hook = HookName;
 /** `outage`: the real clock's harness only: the hook throws on every call for a while (see model-real-clock.test.ts). */
 export type FaultKind = 'throw' | 'retry' | 'hang' | 'slow' | 'outage';
 export type Step =
-  | { do: 'acquire'; ttl: number | null; priority: number }
+  | { do: 'acquire'; ttl: number | null; priority: number; owner?: string | null }
   | { do: 'release'; pick: number }
   | { do: 'releaseResource'; pick: number }
   | { do: 'reclaim'; pick: number }
   | { do: 'breakResource'; pick: number }
   | { do: 'advance'; ms: number }
   | { do: 'fault'; hook: Hook; kind: FaultKind; after: number | null }
-  | { do: 'reopen' };
+  | { do: 'reopen' }
+  | { do: 'drain' }
+  | { do: 'resume' };
 export interface Config {
   /** One lease per resource (fakeBlueprint's slot lock per resource). */
   exclusive: boolean;
@@ -66,7 +68,23 @@ export interface Config {
   concurrency?: number;
   /** Seeds the ids of this run's leases and resources (random-looking, the same on every replay). Absent: 0. */
   idSeed?: number;
+  /** Pool policies (issue 15), each absent or off in scenarios printed before they existed. `limits.minIdle`: at most maxResources. */
+  minIdle?: number;
+  /** `limits.maxLeasesPerResourceLifetime`. */
+  maxServed?: number | null;
+  /** `limits.maxResourceAge`, in ms of the harness's clock. */
+  maxAgeMs?: number | null;
+  /** A broker quota on the owners `t1/*` (QUOTA_OWNER): acquire steps draw owners of two tenants, t1 and t2. */
+  quota?: { maxLeases: number } | null;
 }
+
+/** The owner prefix the generated quota covers; `t2/...` owners are outside it. */
+export const QUOTA_OWNER = 't1/*';
+const inQuota = (owner: string | null | undefined) => owner?.startsWith('t1/') ?? false;
+/** Lease statuses a quota counts: the leases that hold a resource. */
+const HOLDING = new Set(['acquired', 'active', 'released', 'broken']);
+/** The reasons a resource releases itself for recycling or a drain (retiredBecause in lib/engine/retirement.ts). */
+const RETIRED = /^(recycled: |blueprint \S+ is draining$|served its lease \(destroyOnRelease\)$)/;
 export interface Scenario {
   config: Config;
   steps: Array<Step | null>;
@@ -89,6 +107,8 @@ export interface StepTimings {
   retryAfter: number;
   /** The fault kinds to draw from. @defaultValue throw, retry, hang, slow */
   faultKinds?: readonly FaultKind[];
+  /** `limits.maxResourceAge` values to draw from (in a few runs): a few steps' worth of this clock. */
+  maxAge: readonly number[];
 }
 
 export interface HarnessOptions {
@@ -108,7 +128,10 @@ export interface HarnessOptions {
 const pick = fc.nat({ max: 1000 });
 /** The steps, with the durations of one clock (see StepTimings). */
 export const stepArbOf = (t: StepTimings): fc.Arbitrary<Step> => fc.oneof(
-  { weight: 60, arbitrary: fc.record({ do: fc.constant('acquire' as const), ttl: fc.constantFrom(null, null, null, ...t.ttl), priority: fc.constantFrom(0, 0, 1) }) },
+  {
+    weight: 60,
+    arbitrary: fc.record({ do: fc.constant('acquire' as const), ttl: fc.constantFrom(null, null, null, ...t.ttl), priority: fc.constantFrom(0, 0, 1), owner: fc.constantFrom('t1/a', 't1/b', 't2/a') }),
+  },
   { weight: 30, arbitrary: fc.record({ do: fc.constant('release' as const), pick }) },
   { weight: 12, arbitrary: fc.record({ do: fc.constant('releaseResource' as const), pick }) },
   { weight: 10, arbitrary: fc.record({ do: fc.constant('reclaim' as const), pick }) },
@@ -125,6 +148,9 @@ export const stepArbOf = (t: StepTimings): fc.Arbitrary<Step> => fc.oneof(
   },
   // ~17% of the runs have at least one; only those pay for a durable database (a dataDir copy, slower opens).
   { weight: 1, arbitrary: fc.constant({ do: 'reopen' as const }) },
+  // About one run in three drains; resumes are likelier, so most drains end before the run does.
+  { weight: 2, arbitrary: fc.constant({ do: 'drain' as const }) },
+  { weight: 4, arbitrary: fc.constant({ do: 'resume' as const }) },
 );
 export const scenarioOf = (steps: number, timings: StepTimings): fc.Arbitrary<Scenario> => fc.record({
   config: fc.record({
@@ -133,7 +159,12 @@ export const scenarioOf = (steps: number, timings: StepTimings): fc.Arbitrary<Sc
     // Cross-shrinking tries one worker first: a failure that survives it replays deterministically.
     concurrency: fc.oneof({ withCrossShrink: true }, { weight: 1, arbitrary: fc.constant(1) }, { weight: 3, arbitrary: fc.constant(CONCURRENCY) }),
     idSeed: fc.nat({ max: 0xffff }),
-  }),
+    // Pool policies: off in most runs, so the coverage of the rest stays. minIdle is capped at maxResources below.
+    minIdle: fc.constantFrom(0, 0, 0, 0, 1, 2),
+    maxServed: fc.constantFrom(null, null, null, null, 1, 2, 3),
+    maxAgeMs: fc.constantFrom(null, null, null, null, ...timings.maxAge),
+    quota: fc.constantFrom(null, null, null, { maxLeases: 1 }, { maxLeases: 2 }, { maxLeases: 3 }),
+  }).map((c) => ({ ...c, minIdle: c.maxResources === null ? c.minIdle : Math.min(c.minIdle, c.maxResources) })),
   steps: fc.array(fc.option(stepArbOf(timings), { nil: null, freq: 1000 }), { minLength: steps, maxLength: steps }),
 });
 
@@ -203,15 +234,23 @@ export interface Snapshot {
   now: number;
   /** The harness's fault count when the snapshot began. */
   seq: number;
-  leases: Array<{ id: string; status: string; resourceId: string | null; expiresAt: number | null; brokenReason: string | null }>;
-  resources: Array<{ id: string; status: string; blueprint: string; leaseCount: number }>;
+  leases: Array<{ id: string; status: string; resourceId: string | null; expiresAt: number | null; brokenReason: string | null; owner: string | null }>;
+  /** `statusChangedAt`: of an active resource, its activation (what maxResourceAge counts from). */
+  resources: Array<{ id: string; status: string; blueprint: string; leaseCount: number; leasesServed: number; statusChangedAt: number }>;
+  /** The model blueprint's drain state (blueprint_states). */
+  draining: boolean;
+  /** Until when the model blueprint backs off after failed builds (blueprint_failures.retry_at), or null. */
+  backoffUntil: number | null;
   work: Map<string, { runAt: number | null; claimedBy: string | null }>;
   slots: Array<{ key: string; holderKind: string; holderId: string }>;
   commands: Array<{ id: number; targetKind: string; targetId: string; command: string; author: string | null; consumed: boolean; outcome: string | null }>;
-  logs: Array<{ id: number; type: string; lease: string | null; resource: string | null; data: Record<string, any> }>;
+  logs: Array<{ id: number; type: string; lease: string | null; resource: string | null; data: Record<string, any>; at: number }>;
   /** Work items a pass runs for (the engine's, or on the real clock the rows claimed in the snapshot). */
   inflight: Set<string>;
 }
+
+/** The log rows the checks replay: status changes, and what the pool-policy invariants need. */
+const LOG_TYPES = ['status.changed', 'resource.allocating', 'lease.acquired', 'resource.released', 'blueprint.draining', 'blueprint.resumed'] as const;
 
 export const ms = (v: unknown) => fromDb(v as Date | string | null)?.toMillis() ?? null;
 /**
@@ -252,6 +291,19 @@ export abstract class ModelHarness {
   readonly concurrency: number;
   /** While set, a hook call meets no armed fault (it stays armed for the next call). */
   protected faultsPaused = false;
+  // Pool policies, from the log replay (cleared with it).
+  /** Resource id -> the leases that took it (`lease.acquired` rows), in log order. */
+  private readonly acquiredOn = new Map<string, string[]>();
+  /** Resource id -> the clock time of its pending -> active change. */
+  private readonly activatedAt = new Map<string, number>();
+  /** Resource id -> the retirement reason its own release logged (recycling, a drain). */
+  private readonly retiredFor = new Map<string, string>();
+  /** The `blueprint.draining` row in force in log order (none since, or a `blueprint.resumed` after it), or null. */
+  private drainRow: { id: number } | null = null;
+  private drainsLogged = 0;
+  /** Log id -> the check that first read it; kept across replays (see the drain invariant). */
+  private readonly firstSeen = new Map<number, number>();
+  private checks = 0;
 
   constructor(
     readonly config: Config,
@@ -271,7 +323,12 @@ export abstract class ModelHarness {
     this.fake = fakeBlueprint({
       name: 'm',
       exclusive: config.exclusive,
-      limits: config.maxResources ? { maxResources: config.maxResources } : undefined,
+      limits: {
+        ...(config.maxResources ? { maxResources: config.maxResources } : {}),
+        ...(config.minIdle ? { minIdle: config.minIdle } : {}),
+        ...(config.maxServed ? { maxLeasesPerResourceLifetime: config.maxServed } : {}),
+        ...(config.maxAgeMs ? { maxResourceAge: { milliseconds: config.maxAgeMs } } : {}),
+      },
       timeouts: { default: { milliseconds: options.hookTimeoutMs } },
       gates,
     });
@@ -355,6 +412,11 @@ export abstract class ModelHarness {
     return true;
   }
 
+  /** What the scenario asks of `createBroker` besides the blueprint and the clock: its quota. */
+  protected brokerOptions(): { quotas?: Array<{ owner: string; maxLeases: number }> } {
+    return this.config.quota ? { quotas: [{ owner: QUOTA_OWNER, maxLeases: this.config.quota.maxLeases }] } : {};
+  }
+
   async start(withReopen: boolean) {
     if (tier === 'postgres') this.database = testDatabase('m');
     else if (withReopen) {
@@ -418,7 +480,132 @@ export abstract class ModelHarness {
     if (this.fatalResources().has(id)) return 'a fatal fault';
     const reclaimed = snap.commands.find((c) => c.targetKind === 'resource' && c.targetId === id && c.command === 'reclaim' && c.outcome === 'applied');
     if (reclaimed) return `reclaimed (${reclaimed.author ?? 'test'})`;
+    // Recycling or a drain: the resource released itself with the reason (policyLog checks that the reason held).
+    const retired = this.retiredFor.get(id);
+    if (retired) return retired;
     return null;
+  }
+
+  // --- pool policies (issue 15) ------------------------------------------------------------
+
+  /** Whether a resource takes no new lease now: its blueprint drains, or it is past a recycling limit. */
+  retiredNow(r: Snapshot['resources'][number], snap: Snapshot): boolean {
+    const { maxServed, maxAgeMs } = this.config;
+    if (snap.draining) return true;
+    if (maxServed && r.leasesServed >= maxServed) return true;
+    return !!maxAgeMs && r.status === 'active' && r.statusChangedAt + maxAgeMs <= snap.now;
+  }
+
+  /** How many leases the quota counts now (those of its owners that hold a resource). */
+  quotaHeld(snap: Snapshot): number {
+    return snap.leases.filter((l) => inQuota(l.owner) && HOLDING.has(l.status)).length;
+  }
+
+  /**
+   * The log rows of the pool policies, in id order:
+   * - `lease.acquired`: no resource takes more than maxLeasesPerResourceLifetime leases, or
+   *   one after its activation + maxResourceAge, or one while its blueprint drains;
+   * - `resource.released` with a retirement reason: the reason held when it was logged.
+   */
+  private policyLog(log: Snapshot['logs'][number]): string[] {
+    const problems: string[] = [];
+    const { maxServed, maxAgeMs } = this.config;
+    switch (log.type) {
+      case 'lease.acquired': {
+        const id = log.resource!;
+        const takers = this.acquiredOn.get(id) ?? [];
+        takers.push(log.lease!);
+        this.acquiredOn.set(id, takers);
+        if (maxServed && takers.length > maxServed) problems.push(`resource ${id} took lease number ${takers.length} (${log.lease}), maxLeasesPerResourceLifetime is ${maxServed}: ${takers.join(', ')} [log ${log.id}]`);
+        const activated = this.activatedAt.get(id);
+        if (maxAgeMs && activated !== undefined && log.at >= activated + maxAgeMs) {
+          problems.push(`lease ${log.lease} acquired resource ${id} ${log.at - activated} ms after its activation, maxResourceAge is ${maxAgeMs} ms [log ${log.id}]`);
+        }
+        // On one database session (embedded), or when no worker runs while the test drains
+        // (the manual clock: the step runs after a settle), log id order is commit order. On
+        // Postgres with workers on their own (the real clock), a take whose statement began
+        // before the drain committed may log after it, and is ordered before it (see
+        // lib/store/sql/pool-policies.ts): there a lease.acquired row counts only when it
+        // was first read by a later check than the drain row, which had committed then.
+        const strict = tier === 'embedded' || !this.options.replayEveryCheck;
+        if (this.drainRow && (strict || this.firstSeen.get(this.drainRow.id)! < this.firstSeen.get(log.id)!)) {
+          problems.push(`lease ${log.lease} acquired resource ${id} while blueprint ${this.blueprint.name} drains (drained at log ${this.drainRow.id}) [log ${log.id}]`);
+        }
+        break;
+      }
+      case 'blueprint.draining':
+        this.drainRow = { id: log.id };
+        this.drainsLogged++;
+        break;
+      case 'blueprint.resumed':
+        this.drainRow = null;
+        break;
+      case 'resource.released': {
+        const reason = String(log.data.reason ?? '');
+        if (log.data.author !== null || !RETIRED.test(reason)) break;
+        const id = log.resource!;
+        this.retiredFor.set(id, reason);
+        const served = this.acquiredOn.get(id)?.length ?? 0;
+        const activated = this.activatedAt.get(id);
+        // A drain reason only needs some drain before it: a worker that read the drain may log after a resume that raced it.
+        if (reason.includes('draining') && this.drainsLogged === 0) problems.push(`resource ${id} released as draining, but no drain was logged before [log ${log.id}]`);
+        if (reason.startsWith('recycled: served') && !(maxServed && served >= maxServed)) problems.push(`resource ${id} recycled (${reason}) after ${served} lease(s), maxLeasesPerResourceLifetime is ${maxServed ?? 'unset'} [log ${log.id}]`);
+        if (reason.startsWith('recycled: active') && !(maxAgeMs && activated !== undefined && log.at >= activated + maxAgeMs)) {
+          problems.push(`resource ${id} recycled (${reason}) at ${activated === undefined ? 'no activation' : `${log.at - activated} ms after activation`}, maxResourceAge is ${maxAgeMs ?? 'unset'} [log ${log.id}]`);
+        }
+        if (reason.includes('destroyOnRelease')) problems.push(`resource ${id} released for destroyOnRelease, which the model never sets [log ${log.id}]`);
+        break;
+      }
+    }
+    return problems;
+  }
+
+  /** The pool-policy invariants of one snapshot: the quota, and leases served per resource (counted and logged). */
+  private policySnapshot(snap: Snapshot): string[] {
+    const problems: string[] = [];
+    const { maxServed, quota } = this.config;
+    if (quota) {
+      const held = this.quotaHeld(snap);
+      if (held > quota.maxLeases) {
+        const over = snap.leases.filter((l) => inQuota(l.owner) && HOLDING.has(l.status));
+        problems.push(`quota ${QUOTA_OWNER} of ${quota.maxLeases} exceeded: ${held} leases hold a resource: ${over.map((l) => `${l.id} ${l.status} (${l.owner})`).join(', ')}`);
+      }
+    }
+    for (const r of snap.resources) {
+      const logged = this.acquiredOn.get(r.id)?.length ?? 0;
+      if (maxServed && r.leasesServed > maxServed) problems.push(`resource ${r.id} has served ${r.leasesServed} leases, maxLeasesPerResourceLifetime is ${maxServed}`);
+      if (r.leasesServed !== logged) problems.push(`resource ${r.id} keeps leases_served ${r.leasesServed} but ${logged} lease.acquired rows name it`);
+    }
+    return problems;
+  }
+
+  /**
+   * Whether a pending lease may still wait at quiescence: its blueprint drains (the only one
+   * of its type), the quota it falls under is full, or the pool is full (poolFull).
+   */
+  mayWait(l: Snapshot['leases'][number], snap: Snapshot): boolean {
+    if (snap.draining) return true;
+    if (this.config.quota && inQuota(l.owner) && this.quotaHeld(snap) >= this.config.quota.maxLeases) return true;
+    return this.poolFull(snap);
+  }
+
+  /**
+   * The warm pool at quiescence: null when it holds, else what is missing. Idle resources
+   * (active, no lease, not retired: a retired one is released soon) must number at least
+   * min(minIdle, maxResources - resources holding leases): minIdle never pushes the pool
+   * past maxResources, and a resource a lease holds is not spare. Not checked while the
+   * blueprint drains (it builds nothing) or backs off after failed builds (blueprint_failures'
+   * retry_at ahead of the clock: the top-up waits for it, as every allocation does; the
+   * faults the model injects make that happen).
+   */
+  warmShortfall(snap: Snapshot): string | null {
+    const { minIdle, maxResources } = this.config;
+    if (!minIdle || snap.draining || (snap.backoffUntil !== null && snap.backoffUntil > snap.now)) return null;
+    const live = snap.resources.filter((r) => r.status !== 'destroyed');
+    const idle = live.filter((r) => r.status === 'active' && r.leaseCount === 0 && !this.retiredNow(r, snap)).length;
+    const held = live.filter((r) => r.leaseCount > 0).length;
+    const target = Math.min(minIdle, maxResources === null ? minIdle : maxResources - held);
+    return idle >= target ? null : `warm pool short: ${idle} idle resource(s), minIdle ${minIdle}, target ${target} (maxResources ${maxResources ?? 'none'}, ${held} held by leases)`;
   }
 
   // --- reading and checking the database -------------------------------------------------------
@@ -432,21 +619,25 @@ export abstract class ModelHarness {
       await tx.execute('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
       // Read before the first query takes the snapshot: every fault counted here came before it.
       const seq = this.seq;
-      const leases = await tx.query(`SELECT id, status, resource_id, expires_at, broken_reason FROM ${s}.leases ORDER BY seq`);
-      const resources = await tx.query(`SELECT id, status, blueprint, lease_count FROM ${s}.resources ORDER BY created_at, id`);
+      const leases = await tx.query(`SELECT id, status, resource_id, expires_at, broken_reason, owner FROM ${s}.leases ORDER BY seq`);
+      const resources = await tx.query(`SELECT id, status, blueprint, lease_count, leases_served, status_changed_at FROM ${s}.resources ORDER BY created_at, id`);
+      const states = await tx.query(`SELECT draining FROM ${s}.blueprint_states WHERE blueprint = $1`, [this.blueprint.name]);
+      const failures = await tx.query(`SELECT retry_at FROM ${s}.blueprint_failures WHERE blueprint = $1`, [this.blueprint.name]);
       const work = await tx.query(`SELECT object_kind, object_id, run_at, claimed_by FROM ${s}.work_items`);
       const slots = await tx.query(`SELECT key, holder_kind, holder_id FROM ${s}.slot_locks`);
       const commands = await tx.query(`SELECT id, target_kind, target_id, command, author, consumed_at, outcome FROM ${s}.commands ORDER BY id`);
       const logs = await tx.query(
-        `SELECT id, type, lease_id, resource_id, data FROM ${s}.logs WHERE id > $1 AND type IN ('status.changed', 'resource.allocating') ORDER BY id`,
+        `SELECT id, type, lease_id, resource_id, data, at FROM ${s}.logs WHERE id > $1 AND type IN (${LOG_TYPES.map((t) => `'${t}'`).join(', ')}) ORDER BY id`,
         [this.lastLogId],
       );
       return {
         now: this.snapshotNow(before),
         seq,
         inflight: running ?? new Set(work.filter((r) => r.claimed_by).map((r) => `${r.object_kind}:${r.object_id}`)),
-        leases: leases.map((r) => ({ id: r.id, status: r.status, resourceId: r.resource_id ?? null, expiresAt: ms(r.expires_at), brokenReason: r.broken_reason ?? null })),
-        resources: resources.map((r) => ({ id: r.id, status: r.status, blueprint: r.blueprint, leaseCount: Number(r.lease_count) })),
+        leases: leases.map((r) => ({ id: r.id, status: r.status, resourceId: r.resource_id ?? null, expiresAt: ms(r.expires_at), brokenReason: r.broken_reason ?? null, owner: r.owner ?? null })),
+        resources: resources.map((r) => ({ id: r.id, status: r.status, blueprint: r.blueprint, leaseCount: Number(r.lease_count), leasesServed: Number(r.leases_served), statusChangedAt: ms(r.status_changed_at)! })),
+        draining: Boolean(states[0]?.draining),
+        backoffUntil: failures[0] ? ms(failures[0].retry_at) : null,
         work: new Map(work.map((r) => [`${r.object_kind}:${r.object_id}`, { runAt: ms(r.run_at), claimedBy: r.claimed_by ?? null }])),
         slots: slots.map((r) => ({ key: r.key, holderKind: r.holder_kind, holderId: r.holder_id })),
         commands: commands.map((r) => ({
@@ -458,7 +649,7 @@ export abstract class ModelHarness {
           consumed: r.consumed_at !== null && r.consumed_at !== undefined,
           outcome: r.outcome ?? null,
         })),
-        logs: logs.map((r) => ({ id: Number(r.id), type: r.type, lease: r.lease_id ?? null, resource: r.resource_id ?? null, data: r.data ?? {} })),
+        logs: logs.map((r) => ({ id: Number(r.id), type: r.type, lease: r.lease_id ?? null, resource: r.resource_id ?? null, data: r.data ?? {}, at: ms(r.at)! })),
       };
     });
   }
@@ -470,6 +661,11 @@ export abstract class ModelHarness {
     this.activeHistory.length = 0;
     this.allocationOrder.clear();
     this.transitions.length = 0;
+    this.acquiredOn.clear();
+    this.activatedAt.clear();
+    this.retiredFor.clear();
+    this.drainRow = null;
+    this.drainsLogged = 0;
   }
 
   /** Reads the database and checks every invariant; records resources the model has not seen yet. */
@@ -511,7 +707,15 @@ export abstract class ModelHarness {
 
     // 1. Logged status changes: every (from, to) legal, each object's chain connected, ending at its row's status.
     //    Also the allocation limit and maxResources at each allocation decision, replayed from the log.
+    this.checks++;
     for (const log of snap.logs) {
+      if (!this.firstSeen.has(log.id)) this.firstSeen.set(log.id, this.checks);
+      if (log.type !== 'status.changed' && log.type !== 'resource.allocating') {
+        problems.push(...this.policyLog(log));
+        this.lastLogId = Math.max(this.lastLogId, log.id);
+        continue;
+      }
+      if (log.type === 'status.changed' && log.data.kind === 'resource' && log.data.from === 'pending' && log.data.to === 'active') this.activatedAt.set(log.resource!, log.at);
       if (log.type === 'resource.allocating') {
         const id = log.resource!;
         const pending = this.replay.count('resource', 'pending');
@@ -549,6 +753,9 @@ export abstract class ModelHarness {
       for (const r of nonDestroyed) if (!holders.has(r.id)) problems.push(`resource ${r.id} (${r.status}) holds no capacity slot`);
       if (capacity.length !== holders.size) problems.push(`a resource holds two capacity slots: ${capacity.map((s) => `${s.key}=${s.holderId}`).join(', ')}`);
     }
+
+    // 2b. Pool policies at this instant: the quota, and no resource serving past maxLeasesPerResourceLifetime.
+    problems.push(...this.policySnapshot(snap));
 
     // 3. Slot locks: held only by live holders; on an exclusive blueprint, exactly by the leases holding a resource.
     for (const s of snap.slots) {
@@ -660,28 +867,38 @@ export abstract class ModelHarness {
     return problems;
   }
 
-  /** Quiet: nothing running, nothing due, nothing on its way; waiting leases only when an exclusive pool is full. */
+  /** Quiet: nothing running, nothing due, nothing on its way; waiting leases only where they may wait (mayWait); the warm pool filled. */
   quiet(snap: Snapshot): boolean {
     if (this.blocked.size > 0 || snap.inflight.size > 0) return false;
     if ([...snap.work.values()].some((w) => w.runAt !== null && w.runAt <= snap.now)) return false;
     if (snap.commands.some((c) => !c.consumed)) return false;
     if (snap.resources.some((r) => r.status !== 'active' && r.status !== 'destroyed')) return false;
     if (snap.leases.some((l) => l.status !== 'active' && l.status !== 'destroyed' && l.status !== 'pending')) return false;
-    return !snap.leases.some((l) => l.status === 'pending') || this.poolFull(snap);
+    if (snap.leases.some((l) => l.status === 'pending' && !this.mayWait(l, snap))) return false;
+    return this.warmShortfall(snap) === null;
   }
 
+  /**
+   * No resource can take a lease and none can be built: maxResources resources not
+   * destroyed, each active and retired (it keeps its leases until they end) or, on an
+   * exclusive blueprint, held by a lease. Without recycling this is the exclusive pool
+   * with maxResources leases active; recycling adds the pool full of retired resources
+   * whose leases have not ended.
+   */
   poolFull(snap: Snapshot): boolean {
     const { exclusive, maxResources } = this.config;
-    return exclusive && maxResources !== null && snap.leases.filter((l) => l.status === 'active').length === maxResources;
+    if (maxResources === null) return false;
+    const live = snap.resources.filter((r) => r.status !== 'destroyed');
+    return live.length >= maxResources && live.every((r) => r.status === 'active' && (this.retiredNow(r, snap) || (exclusive && r.leaseCount > 0)));
   }
 
-  /** The model's end state: each lease destroyed (with its cause) or active (or waiting for a full exclusive pool); each resource destroyed or active. */
+  /** The model's end state: each lease destroyed (with its cause) or active (or waiting where it may: mayWait); each resource destroyed or active; the warm pool filled. */
   checkEnd(snap: Snapshot) {
     const problems: string[] = [];
     for (const l of snap.leases) {
       const doom = this.leaseDoom(l.id, snap);
       if (doom !== null && l.status !== 'destroyed') problems.push(`lease ${l.id} should be destroyed (${doom}) but is ${l.status}`);
-      if (doom === null && l.status !== 'active' && !(l.status === 'pending' && this.poolFull(snap))) problems.push(`lease ${l.id} should be active but is ${l.status}`);
+      if (doom === null && l.status !== 'active' && !(l.status === 'pending' && this.mayWait(l, snap))) problems.push(`lease ${l.id} should be active but is ${l.status}`);
       const visited = this.replay.visited(`lease:${l.id}`);
       if (this.fatalLeases(snap).has(l.id) && !visited?.has('broken')) problems.push(`lease ${l.id} met a fatal fault but never went to broken`);
     }
@@ -696,6 +913,8 @@ export abstract class ModelHarness {
       if (!row || row.status === 'destroyed') problems.push(`work item ${key} left behind for a ${row ? 'destroyed' : 'missing'} object`);
       if (w.claimedBy !== null) problems.push(`work item ${key} still claimed by ${w.claimedBy} at quiescence`);
     }
+    const short = this.warmShortfall(snap);
+    if (short) problems.push(short);
     if (problems.length > 0) this.fail('at quiescence', problems, snap);
   }
 
@@ -717,10 +936,10 @@ export abstract class ModelHarness {
     switch (step.do) {
       case 'acquire': {
         const requestedAt = this.now();
-        const handle = await this.broker.requestLease({ type: 'fake', priority: step.priority, ...(step.ttl ? { ttl: { milliseconds: step.ttl } } : {}) });
+        const handle = await this.broker.requestLease({ type: 'fake', priority: step.priority, ...(step.ttl ? { ttl: { milliseconds: step.ttl } } : {}), ...(step.owner ? { owner: step.owner } : {}) });
         const expiresAt = step.ttl ? await this.expiryOf(handle.id, requestedAt, step.ttl) : null;
         this.leases.set(handle.id, { id: handle.id, expiresAt, released: false });
-        describe(`acquire ${handle.id}${step.ttl ? ` ttl ${step.ttl / 1000}s` : ''}${step.priority ? ' priority 1' : ''}`);
+        describe(`acquire ${handle.id}${step.ttl ? ` ttl ${step.ttl / 1000}s` : ''}${step.priority ? ' priority 1' : ''}${step.owner ? ` for ${step.owner}` : ''}`);
         break;
       }
       case 'release': {
@@ -759,6 +978,14 @@ export abstract class ModelHarness {
         this.armed.set(step.hook, list);
         return; // nothing in the database changed
       }
+      case 'drain':
+        describe(`drain blueprint ${this.blueprint.name}`);
+        await this.broker.drainBlueprint(this.blueprint.name, { author: 'model' });
+        break;
+      case 'resume':
+        describe(`resume blueprint ${this.blueprint.name}`);
+        await this.broker.resumeBlueprint(this.blueprint.name, { author: 'model' });
+        break;
       case 'reopen':
         describe(`close and reopen${this.blocked.size ? ` (cutting off ${[...this.blockedKeys()].join(', ')})` : ''}`);
         await this.reopen();

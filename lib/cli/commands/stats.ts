@@ -29,7 +29,7 @@ export function registerStats(program: Command, io: Io): void {
       const p = io.paint;
       const stuck: string[] = [];
       const blueprintRows = Object.entries(stats.blueprints).map(([name, b]) => [
-        name,
+        b.draining ? `${name} ${p.yellow('(draining)')}` : name,
         b.type,
         String(b.live),
         String(b.resources.active),

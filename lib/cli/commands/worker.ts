@@ -10,7 +10,7 @@ import { statusText } from './lists.js';
 type WorkerFlags = ConnectionFlags & { config?: string; json?: boolean; grace?: string; concurrency?: string };
 
 /** Resolves with the first of the signals. */
-function firstSignal(signals: NodeJS.Signals[]): Promise<NodeJS.Signals> {
+export function firstSignal(signals: NodeJS.Signals[]): Promise<NodeJS.Signals> {
   return new Promise((resolve) => {
     const handlers = signals.map((signal) => {
       const handler = () => {

@@ -1,4 +1,5 @@
 import type { Params } from '../params.js';
+import { poolPolicyStatements } from './pool-policies.js';
 
 /**
  * Fragments of one-statement compare-and-set writes (`Store.cas`): guards and the further
@@ -6,6 +7,7 @@ import type { Params } from '../params.js';
  * each is all or nothing with its status change.
  */
 export function casWrites(S: string) {
+  const { draining } = poolPolicyStatements(S);
   return {
     // The late result of activateLease never activates a lease that expired, whose resource
     // is no longer active, or that a release or break waits for. FOR SHARE holds the
@@ -32,11 +34,17 @@ export function casWrites(S: string) {
     // ... and a reservation it held on a resource other than its own goes to the next waiter.
     destroyedLeaseFreed: () => `UPDATE ${S}.resources SET reserved_for = NULL
         WHERE reserved_for = (SELECT id FROM upd) AND id IS DISTINCT FROM (SELECT resource_id FROM upd) RETURNING type, blueprint`,
-    // ... and its resource counts one lease fewer, idle from now if it was the last (under its row lock).
+    // ... and its resource counts one lease fewer, idle from now if it was the last (under its
+    // row lock); with what its recycling depends on, for the worker to decide whether it goes.
     destroyedLeaseCounted: (p: Params, now: unknown) => `UPDATE ${S}.resources r SET lease_count = r.lease_count - 1,
           idle_since = CASE WHEN r.lease_count = 1 THEN ${p.add(now)}::timestamptz ELSE r.idle_since END
         FROM upd WHERE r.id = upd.resource_id
-        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint`,
+        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at,
+          ${draining('r.blueprint')} AS blueprint_draining`,
+    // ... and its work item, if the pass that destroys it still holds the claim and no wake
+    // came during it (as Store.deleteWork; a wake would only find it destroyed).
+    destroyedLeaseWork: (p: Params, workerId: string, wakeCount: number) => `DELETE FROM ${S}.work_items
+        WHERE object_kind = 'lease' AND object_id = (SELECT id FROM upd) AND claimed_by = ${p.add(workerId)} AND wake_count = ${p.add(wakeCount)} RETURNING object_id`,
     // A command consumed in the statement of the CAS it causes: exactly once (consumed_at IS NULL), and only if the CAS applied.
     consumedWith: (p: Params, commandId: number, now: unknown) =>
       `UPDATE ${S}.commands SET consumed_at = ${p.add(now)}::timestamptz, outcome = 'applied' WHERE id = ${p.add(commandId)} AND consumed_at IS NULL AND EXISTS (SELECT 1 FROM upd)`,

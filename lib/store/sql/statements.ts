@@ -7,6 +7,7 @@
 import { allocationWrites } from './allocation-writes.js';
 import { authorizationStatements } from './authorizations.js';
 import { casWrites } from './cas-writes.js';
+import { poolPolicyStatements } from './pool-policies.js';
 import { queries } from './queries.js';
 
 export function quoteIdent(name: string): string {
@@ -25,17 +26,27 @@ export function quoteIdent(name: string): string {
  */
 const ASYNC_COMMIT = `set_config('synchronous_commit', 'off', true) = 'off'`;
 
-export function statements(schema: string) {
+/**
+ * `agingMs`: the broker's `priorityAging` in milliseconds, or null for strict priority. A
+ * waiter's rank is then its priority plus one per interval waited, as of the statement's
+ * time ($3 of wakeNextWaiting); strict priority keeps the plain column, which an index orders.
+ */
+export function statements(schema: string, agingMs: number | null = null) {
   const S = quoteIdent(schema);
+  const rank = agingMs === null ? 'l.priority' : `(l.priority + floor(extract(epoch FROM ($3::timestamptz - l.created_at)) * 1000 / ${Number(agingMs)})::integer)`;
+  const policies = poolPolicyStatements(S, rank);
   return {
     ...queries(S),
     ...allocationWrites(S),
     ...casWrites(S),
     ...authorizationStatements(S),
-    // Plain reads; the EXISTS tells the object's worker whether commands wait for it,
-    // saving a second round trip on every pass.
+    ...policies,
+    // Plain reads that save the object's worker a second round trip on every pass: a lease
+    // comes with its unconsumed commands in order (null when there are none), a resource
+    // with whether commands wait for it.
     leaseWithCommands: `
-      SELECT l.*, EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = l.id AND c.consumed_at IS NULL) AS has_commands
+      SELECT l.*, (SELECT jsonb_agg(jsonb_build_object('id', c.id, 'command', c.command, 'data', c.data, 'author', c.author) ORDER BY c.id)
+                   FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = l.id AND c.consumed_at IS NULL) AS unconsumed
       FROM ${S}.leases l WHERE l.id = $1`,
     leaseWithResource: `
       SELECT l.*, to_jsonb(r) AS resource_row FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
@@ -43,30 +54,41 @@ export function statements(schema: string) {
     // snapshot read, it takes no lock.
     leaseStatuses: `
       SELECT id, status, broken_reason, expires_at, status_changed_at FROM ${S}.leases WHERE id = ANY($1::text[])`,
+    // The same read at a known expiry: FOR SHARE waits for a renewal being written (it
+    // holds the row from `lockLeaseExpiry` to its commit) and reads what it committed.
+    leaseStatusesSettled: `
+      SELECT id, status, broken_reason, expires_at, status_changed_at FROM ${S}.leases WHERE id = ANY($1::text[]) FOR SHARE`,
     resourceWithCommands: `
-      SELECT r.*, EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL) AS has_commands
+      SELECT r.*, EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL) AS has_commands,
+        ${policies.draining('r.blueprint')} AS blueprint_draining
       FROM ${S}.resources r WHERE r.id = $1`,
 
     // The allocator's candidates: active resources of one blueprint, least leased first,
     // then oldest; an index range scan (resources_free) that stops at the page size, however
-    // large the pool. $3/$4 bound lease_count; ($5, $6, $7) is the keyset of the page before.
+    // large the pool. $3/$4 bound lease_count; ($5, $6, $7) is the keyset of the page before;
+    // ($9, $10) the blueprint's recycling limits (a retired resource is no candidate).
     freeResources: `
-      SELECT * FROM ${S}.resources
+      SELECT * FROM ${S}.resources r
       WHERE blueprint = $1 AND status = 'active' AND (reserved_for IS NULL OR reserved_for = $2)
         AND lease_count BETWEEN $3 AND $4
+        AND ${policies.notRetired('r', '$9', '$10')}
         AND ($5::integer IS NULL OR (lease_count, created_at, id) > ($5::integer, $6::timestamptz, $7::text))
       ORDER BY lease_count, created_at, id
       LIMIT $8`,
 
-    // A lease lets go of the resource it drove or had reserved (both rows, one statement).
+    // A lease lets go of the resource it drove or had reserved (both rows, one statement),
+    // or a retired resource lets go of the lease it was reserved for.
     forgetReservation: `
       WITH res AS (UPDATE ${S}.resources SET reserved_for = NULL WHERE id = $2 AND reserved_for = $1)
-      UPDATE ${S}.leases SET allocating_resource_id = NULL WHERE id = $1 AND status = 'pending'`,
+      UPDATE ${S}.leases SET allocating_resource_id = NULL WHERE id = $1 AND status = 'pending' AND allocating_resource_id = $2`,
     // Idle resources of a full blueprint that may be reclaimed for lease $3.
     reclaimable: `
       SELECT r.id FROM ${S}.resources r
       WHERE r.blueprint = $1 AND r.status = 'active' AND r.reserved_for IS NULL AND r.lease_count = 0
         AND r.idle_since IS NOT NULL AND r.idle_since <= $2
+        -- A retired one (recycled, or of a draining blueprint) releases itself: reclaiming it
+        -- too would only send the lease round again, since no pass lists it as free.
+        AND ${policies.notRetired('r', '$4', '$5')}
         AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'resource' AND c.target_id = r.id AND c.consumed_at IS NULL)
         -- Never reclaim a resource built for this very lease: refusing it and then
         -- rebuilding it would churn without end.
@@ -133,6 +155,7 @@ export function statements(schema: string) {
     // A lease in the middle of a pass can take the wake too: the bumped wake_count makes
     // it look again when the pass ends. One that already holds a wake ('chained') gets a
     // second only when no other lease can take it: its pass may have looked too early.
+    // Ranked by priority (aged by waiting time with priorityAging), then first come first served.
     // A wake passed on ($4-$9) goes only to leases ranked after the one that passed it and
     // asking for something else: one asking for the same (for the same authorizing owner)
     // would be refused the same.
@@ -144,10 +167,10 @@ export function statements(schema: string) {
           AND (l.blueprints IS NULL OR l.blueprints && $2::text[])
           -- A lease that drives an allocation or holds a reservation waits for that one.
           AND l.allocating_resource_id IS NULL
-          AND ($4::bigint IS NULL OR (l.priority, -l.seq) < ($5::integer, -$4::bigint))
+          AND ($4::bigint IS NULL OR (${rank}, -l.seq) < ($5::integer, -$4::bigint))
           AND ($6::text IS NULL OR NOT (l.type = $6 AND l.attributes = $7::jsonb AND l.blueprints IS NOT DISTINCT FROM $8::text[] AND l.authorizing_owner IS NOT DISTINCT FROM $9::text))
           AND ${extra}
-        ORDER BY l.priority DESC, l.seq
+        ORDER BY ${rank} DESC, l.seq
         LIMIT 1
         FOR UPDATE OF w SKIP LOCKED`;
       return `
@@ -217,11 +240,13 @@ export function statements(schema: string) {
       SELECT 1 FROM ${S}.leases WHERE status = 'pending' AND (id = $3 OR (type = $1 AND (blueprints IS NULL OR $2 = ANY(blueprints)))) LIMIT 1`,
     blueprintRecovered: `DELETE FROM ${S}.blueprint_failures WHERE blueprint = $1`,
     blueprintFailure: `SELECT * FROM ${S}.blueprint_failures WHERE blueprint = $1`,
-    // With the blueprint's failure streak: no allocation starts before its retry_at.
+    // With the blueprint's failure streak (no allocation starts before its retry_at) and
+    // whether it drains (none starts then), read under the blueprint's allocation lock.
     allocationCounts: `
       SELECT count(*) FILTER (WHERE status = 'pending')::int AS allocating,
              count(*) FILTER (WHERE status = 'active')::int AS active,
-             (SELECT to_jsonb(f) FROM ${S}.blueprint_failures f WHERE f.blueprint = $1) AS failure
+             (SELECT to_jsonb(f) FROM ${S}.blueprint_failures f WHERE f.blueprint = $1) AS failure,
+             ${policies.draining('$1')} AS draining
       FROM ${S}.resources WHERE blueprint = $1 AND status IN ('pending', 'active')`,
 
     insertCommand: `
@@ -230,6 +255,9 @@ export function statements(schema: string) {
     unconsumedCommands: `
       SELECT * FROM ${S}.commands WHERE target_kind = $1 AND target_id = $2 AND consumed_at IS NULL ORDER BY id`,
     commandOutcome: `SELECT consumed_at, outcome FROM ${S}.commands WHERE id = $1`,
+    // A renewal judges the expiry only once it holds the row: a signal's settled read
+    // (leaseStatusesSettled) at the expiry is then either before it or after its commit.
+    lockLeaseExpiry: `SELECT expires_at FROM ${S}.leases WHERE id = $1 AND status = $2 FOR NO KEY UPDATE`,
     // The single writer's renewal: the status must still be the one it read.
     extendLease: `UPDATE ${S}.leases SET expires_at = $3 WHERE id = $1 AND status = $2 RETURNING *`,
     // consumed_at IS NULL makes consumption exactly-once even if two workers raced.
