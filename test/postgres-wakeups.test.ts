@@ -2,6 +2,7 @@ import { createBroker, type Broker, type BrokerOptions, type Logger } from '../l
 import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
+import { startCuttingProxy } from './helpers/cutting-proxy.js';
 import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
 
@@ -65,6 +66,38 @@ describeOnPostgres('wake-ups across brokers (LISTEN/NOTIFY)', () => {
     await lease.release();
     await a.close();
     await b.close();
+  }, 60_000);
+});
+
+describeOnPostgres('connections that die as a command is written', () => {
+  test('a release written while the pooled connections die one after another is written again until it lands, not lost after two tries', async () => {
+    // What a server restart does to a pool: every idle connection looks alive until it is
+    // used, then dies with the write's outcome unknown. CI saw release() fail this way
+    // (CommitOutcomeUnknownError) when the write was tried only twice.
+    const schema = freshSchema('cut');
+    const holder = track(await createBroker({ database: { url: tierUrl!, schema }, blueprints: [fakeBlueprint({ name: 'one' })], sweepInterval: { milliseconds: 200 } }));
+    const lease = await holder.acquire({ type: 'fake', timeout: { seconds: 30 } });
+    const proxy = await startCuttingProxy(tierUrl!);
+    try {
+      const operator = track(await createBroker({ database: { url: proxy.url, schema, poolSize: 4 }, workers: false }));
+      // Four reads at once leave four idle connections in the operator's pool.
+      await Promise.all([0, 1, 2, 3].map(() => operator.leases.get(lease.id)));
+      expect(proxy.cutOpenConnections()).toBeGreaterThanOrEqual(4);
+      await operator.release(lease.id, { author: 'operator' });
+      expect(proxy.cut()).toBeGreaterThanOrEqual(3);
+      const deadline = Date.now() + 20_000;
+      while ((await holder.leases.get(lease.id))!.status !== 'destroyed') {
+        if (Date.now() > deadline) throw new Error('the released lease was never destroyed');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // Written more than once, consumed once: the later copies found the lease released.
+      const released = await holder.logs({ lease: lease.id, type: 'lease.released' });
+      expect(released).toHaveLength(1);
+      await operator.close();
+    } finally {
+      await proxy.close();
+    }
+    await holder.close();
   }, 60_000);
 });
 

@@ -230,14 +230,19 @@ export function unlessOutcomeUnknown(error: unknown): null {
 }
 
 /**
- * Runs an idempotent write, and once more if the connection died while it ran (its
- * outcome unknown): the second run finds what the first may have written.
+ * Runs an idempotent write again while the connection dies as it runs (its outcome
+ * unknown): each new run finds what an earlier one may have written. A server that
+ * restarts can kill more than one connection, the pool's idle ones included, so one
+ * second run is not enough; the pauses let the pool drop the dead ones. Connections that
+ * cannot be opened at all are waited for inside each run, up to reconnectTimeout.
  */
-export async function writeAgainIfUnknown<T>(write: () => Promise<T>): Promise<T> {
-  try {
-    return await write();
-  } catch (error) {
-    if (!(error instanceof CommitOutcomeUnknownError)) throw error;
-    return write();
+export async function writeAgainIfUnknown<T>(write: () => Promise<T>, attempts = 6): Promise<T> {
+  for (let attempt = 1, pause = 50; ; attempt++, pause *= 2) {
+    try {
+      return await write();
+    } catch (error) {
+      if (!(error instanceof CommitOutcomeUnknownError) || attempt >= attempts) throw error;
+      await new Promise((r) => setTimeout(r, pause));
+    }
   }
 }
