@@ -53,7 +53,7 @@ export async function leaseObject(ctx: BrokerContext, row: LeaseRow, known?: Res
       return until;
     },
     async release(opts) {
-      await releaseAndWait(ctx, row.id, opts);
+      await releaseAndWait(ctx, row.id, opts, resource.blueprint);
       if (opts?.wait !== false) {
         gone = true;
         signal.destroyed();
@@ -62,7 +62,7 @@ export async function leaseObject(ctx: BrokerContext, row: LeaseRow, known?: Res
     // Seen destroyed already: nothing to release, also after close (`await using` after an explicit release).
     async [Symbol.asyncDispose]() {
       if (gone) return;
-      await releaseAndWait(ctx, row.id);
+      await releaseAndWait(ctx, row.id, undefined, resource.blueprint);
       gone = true;
       signal.destroyed();
     },

@@ -60,32 +60,39 @@ export async function recordLease(ctx: BrokerContext, spec: NormalizedSpec, orig
   return submitLease(ctx.runtime, ctx.engine, spec, origin, atOnce, onId);
 }
 
-export async function whenActive(ctx: BrokerContext, id: string, opts: { timeout?: DurationInput; signal?: AbortSignal; justRequested?: boolean } = {}): Promise<Lease> {
+/**
+ * Waits until the lease is active and hands it over. `justRequested`: the lease was
+ * recorded by this call's caller, and its row as recorded is the one to start from (no
+ * read); if it was recorded active already, it is handed over at once.
+ */
+export async function whenActive(ctx: BrokerContext, id: string, opts: { timeout?: DurationInput; signal?: AbortSignal; justRequested?: LeaseRow } = {}): Promise<Lease> {
   const { store } = ctx;
   const { clock } = ctx.settings;
   const timeout = opts.timeout === undefined ? undefined : parseDuration(opts.timeout, 'timeout');
   optionalSignal(opts.signal, 'signal');
   const giveUp = () => writeCommand(ctx, 'lease', id, 'release', { reason: 'not active in time' }, 'acquire').catch(() => undefined);
   const timeoutText = (l: LeaseRow) => humanDuration(timeout ?? l.deadlineAt!.diff(l.createdAt));
-  const row = await watchLease<LeaseWithResource, LeaseWithResource>(
-    ctx,
-    id,
-    (l) => {
-      if (l.status === 'active') {
-        // Activated just before its expiry and read after it: its worker releases it now; never hand it over.
-        if (l.expiresAt && l.expiresAt <= clock.now()) return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt.toISO()} as it became active`) };
-        return { value: l };
-      }
-      if (l.status === 'broken' || (l.status === 'destroyed' && l.brokenReason)) return { error: new LeaseBrokenError(id, l.brokenReason ?? 'broken', { cause: l.brokenReason }) };
-      if (l.status === 'released' || l.status === 'destroyed') {
-        // Its own worker released it at its deadline: the same error as this watcher's own timer gives.
-        if (l.endCause === 'timeout') return { error: new LeaseTimeoutError(id, timeoutText(l), { released: true, lastFailure: l.lastFailure }) };
-        if (l.endCause === 'expired') return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt?.toISO()} before it became active`) };
-        return { error: new LeaseBrokenError(id, 'it was released before it became active') };
-      }
-      return null;
-    },
-    {
+  const settle = (l: LeaseWithResource): { value: LeaseWithResource } | { error: Error } | null => {
+    if (l.status === 'active') {
+      // Activated just before its expiry and read after it: its worker releases it now; never hand it over.
+      if (l.expiresAt && l.expiresAt <= clock.now()) return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt.toISO()} as it became active`) };
+      return { value: l };
+    }
+    if (l.status === 'broken' || (l.status === 'destroyed' && l.brokenReason)) return { error: new LeaseBrokenError(id, l.brokenReason ?? 'broken', { cause: l.brokenReason }) };
+    if (l.status === 'released' || l.status === 'destroyed') {
+      // Its own worker released it at its deadline: the same error as this watcher's own timer gives.
+      if (l.endCause === 'timeout') return { error: new LeaseTimeoutError(id, timeoutText(l), { released: true, lastFailure: l.lastFailure }) };
+      if (l.endCause === 'expired') return { error: new LeaseBrokenError(id, `it expired at ${l.expiresAt?.toISO()} before it became active`) };
+      return { error: new LeaseBrokenError(id, 'it was released before it became active') };
+    }
+    return null;
+  };
+  const recorded = opts.justRequested;
+  const atOnce = recorded?.status === 'active' && recorded.resource ? settle({ ...recorded, resource: recorded.resource }) : null;
+  if (atOnce && 'error' in atOnce) throw atOnce.error;
+  const row = atOnce
+    ? atOnce.value
+    : await watchLease<LeaseWithResource, LeaseWithResource>(ctx, id, settle, {
       timeout,
       signal: opts.signal,
       onTimeout: async () => {
@@ -100,9 +107,8 @@ export async function whenActive(ctx: BrokerContext, id: string, opts: { timeout
       // The worker that activated the lease in this process had both rows.
       fromEvent: (e) => (e.row && e.resource ? { ...(e.row as LeaseRow), resource: e.resource } : null),
       decisive: SETTLED,
-      skipFirstRead: opts.justRequested,
-    },
-  );
+      skipFirstRead: recorded !== undefined,
+    });
   return leaseObject(ctx, row, row.resource);
 }
 
@@ -115,7 +121,7 @@ async function request(ctx: BrokerContext, spec: LeaseSpec, atOnce = false, onId
   const activeOptions = (opts: { timeout?: DurationInput; signal?: AbortSignal }) => ({ timeout: opts.timeout ?? normalized.timeout ?? undefined, signal: opts.signal ?? normalized.signal });
   // From the request on: a lease that waits for capacity longer than its ttl is renewed too.
   const stopKeepAlive = normalized.keepAlive ? keepAlive(ctx, row.id, normalized.ttl!, normalized.keepAlive) : () => undefined;
-  return { id: row.id, activeOptions, stopKeepAlive };
+  return { id: row.id, row, activeOptions, stopKeepAlive };
 }
 
 /** `whenActive`, and the keepalive stopped when the lease will never be active. */
@@ -152,8 +158,8 @@ export async function requestLease(ctx: BrokerContext, spec: LeaseSpec): Promise
  * caller sees. `onId` hears the lease's id once chosen, before its hooks run (tracing).
  */
 export async function acquire(ctx: BrokerContext, spec: LeaseSpec, onId?: (id: string) => void): Promise<Lease> {
-  const { id, activeOptions, stopKeepAlive } = await request(ctx, spec, true, onId);
+  const { id, row, activeOptions, stopKeepAlive } = await request(ctx, spec, true, onId);
   // Nothing can have moved the lease since its insert returned: no statement completes
   // between here and the watch starting, so the watch skips its first read.
-  return activeOrStop(ctx, id, stopKeepAlive, { ...activeOptions({}), justRequested: true });
+  return activeOrStop(ctx, id, stopKeepAlive, { ...activeOptions({}), justRequested: row });
 }

@@ -2,6 +2,7 @@ import type { Duration } from 'luxon';
 import { BrokerClosedError } from '../errors/broker-closed-error.js';
 import { NotFoundError } from '../errors/not-found-error.js';
 import { checkOptions, optionalBoolean } from '../model/call-arguments.js';
+import { unlessOutcomeUnknown } from '../store/db.js';
 import type { LeaseRow, StatusEvent } from '../store/store.js';
 import { writeCommand } from './commands.js';
 import type { BrokerContext } from './context.js';
@@ -97,11 +98,21 @@ export function watchLease<T, R = LeaseRow>(ctx: BrokerContext, id: string, deci
   });
 }
 
-export async function releaseAndWait(ctx: BrokerContext, id: string, opts?: { wait?: boolean }): Promise<void> {
+/**
+ * The holder's release. `blueprint` is the lease's, when the holder knows it (it has the
+ * resource): then this broker may run the release inline (`Engine.releaseInline`) instead
+ * of writing a command for the lease's worker and waiting for it.
+ */
+export async function releaseAndWait(ctx: BrokerContext, id: string, opts?: { wait?: boolean }, blueprint?: string): Promise<void> {
   const wait = optionalBoolean(checkOptions(opts, ['wait'], { call: 'release' }).wait, 'wait');
   // The holder lets go: its keepalive stops renewing.
   ctx.keepAlives.get(id)?.();
+  if (ctx.closed) throw new BrokerClosedError();
   // Rendered "Lease released by holder.": the author says who, and there is no more to say why.
+  // Written and consumed in one transaction, or (a worker has the lease, a hook to call)
+  // not at all and the command below is written; an unknown commit outcome writes it too,
+  // and it is then consumed as "no effect" if the first one landed.
+  if (wait !== false && blueprint && ctx.engine && (await ctx.engine.releaseInline(id, blueprint, { data: { reason: 'released' }, author: 'holder' }).catch(unlessOutcomeUnknown))) return;
   if (wait === false) {
     await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');
     return;

@@ -9,7 +9,7 @@ import { authorizationReasons, declinedReason, sortByAuthorization, type Authori
 import { crashPoint } from './crash-points.js';
 import { fullQuota, overQuotaReason, quotaGate, quotasFor } from './quotas.js';
 import { retirementOf } from './retirement.js';
-import { baseContext, callHook, hookFailureLog, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
+import { baseContext, callHook, hasHook, hookFailureLog, leaseView, resourceView, type LeaseViewSource } from './hooks.js';
 import { at, backoffDelay, blueprintsForType, REREAD, type HookFailure, type LeaseMoved, type LeaseStep, type Runtime } from './runtime.js';
 
 interface Claim {
@@ -158,7 +158,7 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
 /**
  * The fast path of a new request: when an active resource is free and no lease of the type
  * waits, the lease is created already acquired on it, in one statement, and its worker goes
- * straight on to activate it. The same hooks run in the same order as in `allocate`
+ * straight on to activate it; with no `activateLease` to call, it is created active. The same hooks run in the same order as in `allocate`
  * (canEverAllocate, canAcquireLease, acquireLease), before the lease row exists. Anything
  * else (no free resource, a hook that refuses, a race lost) returns null: the lease is
  * then queued and allocated as usual, and the hooks are asked again. A hook that fails
@@ -194,8 +194,9 @@ export async function acquireAtOnce(rt: Runtime, lease: NewLease, claim: { worke
           if (!acquired.ok) return acquired;
           const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
           const acquisition = { resourceId: resource.id, maxLeases: blueprint.limits.maxLeasesPerResource, slots: slots.keys, unlessWaiting: lease.type, retirement: retirementOf(blueprint, rt.clock.now()) };
-          const done = await store.single((u) => store.insertAcquired(u, lease, acquisition, attributes as JsonObject, blueprint.name, claim));
-          return done ? { ...done, intent: 'activate' } : null;
+          const active = !hasHook(blueprint, 'activateLease');
+          const done = await store.single((u) => store.insertAcquired(u, lease, acquisition, attributes as JsonObject, blueprint.name, claim, active));
+          return done ? { ...done, intent: active ? undefined : 'activate' } : null;
         } catch (error) {
           if (slotConflictKeys(error)) return null;
           throw error;

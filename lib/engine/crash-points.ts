@@ -30,6 +30,14 @@ export const CRASH_POINTS = [
   // destroy lease
   'destroyLease.before',
   'destroyLease.after',
+  // the destroy's transaction: the lease destroyed, its capacity not yet handed on (rolled back together)
+  'destroy.beforeHandOff',
+  // a blueprint with no releaseLease or destroyLease: the release command read, then the
+  // lease released and destroyed with it in one statement, the pass not yet on
+  'releaseAtOnce.before',
+  'releaseAtOnce.after',
+  // the holder's release run inline: the lease's work item claimed in its transaction, nothing written yet (rolled back)
+  'releaseInline.claimed',
   // destroy resource
   'destroyResource.before',
   'destroyResource.after',

@@ -4,7 +4,7 @@ import { Duration, type DateTime } from 'luxon';
 import type { ObjectKind } from '../model/states.js';
 import type { ClaimedWork } from '../store/store.js';
 import { crashPoint } from './crash-points.js';
-import { processLease } from './lease-worker.js';
+import { processLease, releaseInline } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
 import { topUpWarmPools, warmPools } from './warm-pool.js';
 import { exponentialMs, type LeaseMoved, type Outcome, type Runtime } from './runtime.js';
@@ -196,9 +196,18 @@ export class Engine {
     return { worker: this.rt.workerId, until: this.rt.clock.now().plus(this.options.claimTtl) };
   }
 
-  /** Gives back a slot `reserve` promised, when the item was not created. */
-  unreserve(): void {
+  /** The holder's release of a lease, run by this broker inline when it can (see `releaseInline`). */
+  releaseInline(leaseId: string, blueprint: string, written: { data: { reason: string }; author: string | null }): Promise<boolean> {
+    return releaseInline(this.rt, leaseId, blueprint, written, this.rt.clock.now().plus(this.options.claimTtl));
+  }
+
+  /**
+   * Gives back a slot `reserve` promised, when the item was not created or was created
+   * unclaimed; `dueAt` is when that item falls due (this worker's timer looks then).
+   */
+  unreserve(dueAt?: DateTime | null): void {
     this.reservations.shift()?.(null);
+    if (dueAt) this.scheduleAt(dueAt);
   }
 
   /**

@@ -28,6 +28,11 @@ export class WaitingForChild extends Error {
  * settled within its timeout (the blueprint's `timeouts`, on the broker's clock) is a
  * failure: its `ctx.signal` is aborted and whatever it does later is ignored.
  */
+/** Whether the blueprint defines this hook (a missing one answers its default at once). */
+export function hasHook(blueprint: Blueprint<any, any, any>, hook: string): boolean {
+  return typeof (blueprint.implementation as unknown as Record<string, unknown>)[hook] === 'function';
+}
+
 export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook: string, ctx: object, fallback: T, attempt = 1): Promise<HookResult<T>> {
   const fn = (blueprint.implementation as unknown as Record<string, unknown>)[hook];
   if (typeof fn !== 'function') return { ok: true, value: fallback };

@@ -1,10 +1,12 @@
+import type { DateTime } from 'luxon';
 import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
-import type { LeaseRow, ResourceRow } from '../store/store.js';
+import type { LeaseRow, ReleasedBy, ResourceRow, Unit } from '../store/store.js';
 import { humanDuration } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
-import { baseContext, callHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
+import { crashPoint } from './crash-points.js';
+import { baseContext, callHook, hasHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
 import { quotasFor } from './quotas.js';
 import { mayRetire, retiredBecause } from './retirement.js';
 import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
@@ -38,7 +40,11 @@ export async function processLease(rt: Runtime, claim: LeaseClaim, known?: Lease
     const lease: LeaseRow | null = moved?.lease ?? (await store.lease(claim.id));
     if (!lease) return DROP_WORK;
     if (lease.hasCommands) {
+      const ended = await releaseAtOnce(rt, lease, claim);
+      if (ended) return ended;
       moved = await consumeCommands(rt, 'lease', lease.id, lease);
+      // The resource came with the read; the command's write did not move it.
+      if (moved && !moved.resource && lease.resource) moved.resource = lease.resource;
       if (moved?.intent) claim.intent = moved.intent;
       continue;
     }
@@ -116,11 +122,33 @@ function leaseOnResourceContext(rt: Runtime, blueprint: Blueprint<any, any, any>
   return { ...baseContext(rt, blueprint, { lease: lease.id, resource: resource.id }, resume), lease: leaseView(lease), resource: resourceView(resource) };
 }
 
-/** The resource a step already holds, or a fresh read of it. */
+/** The resource a step already holds, the one read with the lease, or a fresh read of it. */
 async function resourceOf(rt: Runtime, lease: LeaseRow, moved: LeaseMoved | null): Promise<ResourceRow | null> {
   if (!lease.resourceId) return null;
   if (moved?.resource?.id === lease.resourceId) return moved.resource;
+  if (lease.resource?.id === lease.resourceId) return lease.resource;
   return rt.store.resource(lease.resourceId);
+}
+
+/**
+ * An active lease whose only command is a release, on a blueprint with neither
+ * `releaseLease` nor `destroyLease`: there is no hook whose intent must be recorded before
+ * it runs, so the lease is released and destroyed in one statement that also consumes the
+ * command, and the hand-off follows in its transaction. Null when the lease takes the
+ * usual path (another command, a hook to call, a resource this broker has no blueprint for).
+ */
+async function releaseAtOnce(rt: Runtime, lease: LeaseRow, claim: LeaseClaim): Promise<Outcome | null> {
+  const [command, ...more] = lease.commands ?? [];
+  if (!command || more.length > 0 || command.command !== 'release' || lease.status !== 'active') return null;
+  const resource = lease.resource?.id === lease.resourceId ? lease.resource : null;
+  const blueprint = blueprintOf(rt, resource);
+  if (!resource || !blueprint || hasHook(blueprint, 'releaseLease') || hasHook(blueprint, 'destroyLease')) return null;
+  crashPoint('releaseAtOnce.before');
+  const reason = typeof command.data.reason === 'string' ? command.data.reason : 'released';
+  const released = { type: 'lease.released' as const, data: { reason, author: command.author }, lease: lease.id };
+  const outcome = await destroyAndHandOff(rt, { lease, resource, blueprint, claim, releasedBy: { commandId: command.id, logs: [released] } });
+  crashPoint('releaseAtOnce.after');
+  return outcome;
 }
 
 /** acquired → active, once the resource is active and `activateLease` has prepared the lease. */
@@ -212,26 +240,87 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
     const destroyed = await callHook(rt, blueprint, 'destroyLease', ctx, undefined, attempt);
     if (!destroyed.ok) return retryDestroy(rt, 'destroyLease', destroyed, attempt, { kind: 'lease', id: lease.id, status: lease.status }, { lease: lease.id, resource: resource.id, blueprint: blueprint.name });
   }
-  const workDropped = await store.unit(async (u) => {
-    // One statement: the lease is destroyed, its slot locks go, a reservation it held goes
-    // to the next waiter, its resource counts one lease fewer (idle from now if it was the
-    // last), and its work item goes unless a wake came during this pass.
-    const { freed, left, dropped } = await store.destroyLease(u, lease.id, lease.status, [
-      { type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null },
-    ], { workerId: rt.workerId, wakeCount: claim.wakeCount });
-    for (const f of freed) await store.wakeNextWaiting(u, [f.type], [f.blueprint]);
-    // A place in each quota that counted it: the best waiter the quota holds back looks now.
-    if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
-    if (!left) return dropped;
-    const idle = left.leaseCount === 0;
-    const active = left.status === 'active';
-    // Recycled or of a draining blueprint: it takes no new lease, so it is handed to no waiter.
-    const retired = active && (blueprint ? retiredBecause(blueprint, left, u.now) !== null : left.blueprintDraining);
-    // A resource on its way out waits for its last lease; an idle one may have an idle
-    // expiry or a recycling age to schedule, or be retired and go now.
-    if (idle && (!active || blueprint?.limits.idleExpiry || mayRetire(blueprint, left))) await store.wake(u, 'resource', [left.id]);
-    if (active && !retired) await store.handOff(u, left.id, left.type, left.blueprint);
-    return dropped;
-  });
+  return destroyAndHandOff(rt, { lease, resource, blueprint, claim });
+}
+
+/**
+ * How a lease ends: its row as the pass has it, its resource and blueprint (none when it
+ * never had a resource), the claim of the pass, and the release recorded with the destroy
+ * (`releasedBy`: the command consumed, or written consumed), if any.
+ */
+interface Ending {
+  lease: LeaseRow;
+  resource: ResourceRow | null;
+  blueprint: Blueprint<any, any, any> | undefined;
+  claim: Pick<LeaseClaim, 'wakeCount'>;
+  releasedBy?: ReleasedBy;
+}
+
+/** The transaction that ends a lease: destroyed (and released with it, given `releasedBy`), and its freed capacity handed on. */
+async function destroyAndHandOff(rt: Runtime, ending: Ending): Promise<Outcome> {
+  const workDropped = await rt.store.unit((u) => destroyIn(rt, u, ending));
   return workDropped ? WORK_DROPPED : DROP_WORK;
+}
+
+/** `destroyAndHandOff` in a transaction of the caller's; resolves with whether the lease's work item went with it. */
+async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, claim, releasedBy }: Ending): Promise<boolean> {
+  const { store } = rt;
+  // One statement: the lease is destroyed, its slot locks go, a reservation it held goes
+  // to the next waiter, its resource counts one lease fewer (idle from now if it was the
+  // last), and its work item goes unless a wake came during this pass.
+  const { freed, left, dropped } = await store.destroyLease(
+    u,
+    lease.id,
+    lease.status,
+    [{ type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null }],
+    { workerId: rt.workerId, wakeCount: claim.wakeCount },
+    releasedBy,
+  );
+  crashPoint('destroy.beforeHandOff');
+  for (const f of freed) await store.wakeNextWaiting(u, [f.type], [f.blueprint]);
+  // A place in each quota that counted it: the best waiter the quota holds back looks now.
+  if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
+  if (!left) return dropped;
+  const idle = left.leaseCount === 0;
+  const active = left.status === 'active';
+  // Recycled or of a draining blueprint: it takes no new lease, so it is handed to no waiter.
+  const retired = active && (blueprint ? retiredBecause(blueprint, left, u.now) !== null : left.blueprintDraining);
+  // A resource on its way out waits for its last lease; an idle one may have an idle
+  // expiry or a recycling age to schedule, or be retired and go now.
+  if (idle && (!active || blueprint?.limits.idleExpiry || mayRetire(blueprint, left))) await store.wake(u, 'resource', [left.id]);
+  if (active && !retired) await store.handOff(u, left.id, left.type, left.blueprint);
+  return dropped;
+}
+
+/** Why `releaseInline` left the release to the lease's worker: the transaction is rolled back, undoing the claim. */
+class NotInline extends Error {}
+
+/**
+ * The holder's own release, run inline by its broker: when no worker holds the lease's work
+ * item, the caller claims it in a transaction (becoming the lease's single writer for that
+ * instant), and on a blueprint with neither `releaseLease` nor `destroyLease` the lease is
+ * released and destroyed there, the release command written consumed by the same
+ * statement, and its capacity handed on. One transaction, no worker pass. Resolves false,
+ * with nothing written, when the usual path must run instead: a worker holds the item, the
+ * lease is not active or has commands waiting, or its blueprint has a hook to call.
+ */
+export async function releaseInline(rt: Runtime, leaseId: string, blueprintName: string, written: { data: { reason: string }; author: string | null }, claimUntil: DateTime): Promise<boolean> {
+  const { store } = rt;
+  const blueprint = rt.blueprints.get(blueprintName);
+  if (!blueprint || hasHook(blueprint, 'releaseLease') || hasHook(blueprint, 'destroyLease')) return false;
+  try {
+    return await store.unit(async (u) => {
+      const claimed = await store.claimLease(u, leaseId, rt.workerId, claimUntil);
+      const lease = claimed?.lease;
+      const resource = lease?.resource?.id === lease?.resourceId ? lease?.resource : null;
+      if (!claimed || !lease || lease.status !== 'active' || lease.hasCommands || !resource || resource.blueprint !== blueprintName) throw new NotInline();
+      crashPoint('releaseInline.claimed');
+      const released = { type: 'lease.released' as const, data: { reason: written.data.reason, author: written.author }, lease: leaseId };
+      await destroyIn(rt, u, { lease, resource, blueprint, claim: claimed, releasedBy: { written, logs: [released] } });
+      return true;
+    });
+  } catch (error) {
+    if (error instanceof NotInline) return false;
+    throw error;
+  }
 }

@@ -14,7 +14,8 @@ export interface LeaseOrigin {
 /**
  * Records a lease. With `atOnce` (only `acquire()`, whose caller waits for the hooks
  * anyway), a free resource with nobody waiting is taken here, in this call: its hooks
- * run inline and the lease is created acquired. `requestLease()` and child leases only
+ * run inline and the lease is created acquired (active when its blueprint has no
+ * `activateLease`; the row returned then carries the resource). `requestLease()` and child leases only
  * record, so that they return as soon as the row exists, however slow the hooks are.
  * `engine` is null for a broker without workers: the lease then waits for another's.
  * `onId` hears the lease's id as soon as it is chosen, before any hook of it runs.
@@ -47,8 +48,10 @@ export async function submitLease(rt: Runtime, engine: Engine | null, spec: Norm
     // A free resource and nobody waiting: the lease is created acquired on it.
     const fast = claim && atOnce ? await acquireAtOnce(rt, lease, claim).catch(unlessOutcomeUnknown) : null;
     if (fast && 'lease' in fast) {
-      engine!.adopt('lease', id, fast);
-      return fast.lease;
+      // Created active (no activateLease): unclaimed, it needs no pass before its expiry.
+      if (fast.lease.status === 'active') engine!.unreserve(fast.lease.expiresAt);
+      else engine!.adopt('lease', id, fast);
+      return { ...fast.lease, resource: fast.resource };
     }
     trouble = fast ?? undefined;
     // Idempotent per id: if the fast path or a first insert whose outcome was lost

@@ -45,6 +45,8 @@ export interface LeaseRow extends LeaseRecord {
   hasCommands: boolean;
   /** Those commands in order, when the read returned them too (`Store.lease`); a worker then need not read them again. */
   commands?: CommandRow[];
+  /** Its resource as the same read found it (`Store.lease`), or null when it has none; absent from rows a write returned. */
+  resource?: ResourceRow | null;
   /**
    * The owner whose authorization the allocator checks: the lease's own owner, or for a
    * child lease the authorizing owner of its parent resource. Null: none (never authorized).
@@ -137,7 +139,20 @@ export interface CasOptions {
   failIf?: string;
   /** A lease's resource as the writer has it, handed to watchers in this process with the event. */
   resource?: ResourceRow;
+  /**
+   * A status the object passes through in this one write, with the logs of reaching it: a
+   * lease released and destroyed at once goes active → released → destroyed, and its log
+   * and events say so, each step a legal transition.
+   */
+  via?: { status: string; logs: LogInsert[] };
 }
+
+/**
+ * The release a destroy also records (`destroyLease`): a release command already written,
+ * consumed by the statement, or one the statement writes consumed (the holder's own
+ * release, run inline); with the logs of the `released` step.
+ */
+export type ReleasedBy = ({ commandId: number } | { written: { data: JsonObject; author: string | null } }) & { logs: LogInsert[] };
 
 /** What an acquisition takes, in the statement that also moves the lease to acquired (`Store.takeResource`). */
 export interface Acquisition {
@@ -289,10 +304,12 @@ export interface StoreBackend {
    * locks as `takeResource` does (only if no lease of the type waits: `unlessWaiting`),
    * inserts the lease (`acquired`, with the intent to activate it recorded) and its work
    * item, claimed by `claimedBy`, and logs what a lease that queued and was then acquired
-   * would log. Null when the resource is no longer free or a lease waits (nothing was
-   * written); slot locks held by others raise SW001.
+   * would log. With `active` (a blueprint with no `activateLease`: no hook whose intent
+   * must be recorded first) the lease is created active instead, and its work item is not
+   * claimed: it is due at the lease's expiry. Null when the resource is no longer free or
+   * a lease waits (nothing was written); slot locks held by others raise SW001.
    */
-  insertAcquired(unit: Unit, lease: NewLease, a: Acquisition, attributes: JsonObject, blueprint: string, claimedBy: { worker: string; until: DateTime }): Promise<{ lease: LeaseRow; resource: ResourceRow } | null>;
+  insertAcquired(unit: Unit, lease: NewLease, a: Acquisition, attributes: JsonObject, blueprint: string, claimedBy: { worker: string; until: DateTime }, active?: boolean): Promise<{ lease: LeaseRow; resource: ResourceRow } | null>;
   /**
    * See `takeResource`: undoes the statement when slot locks are held by others (SW001,
    * with their keys), or when the resource was taken but `lease` (the CTE that records
@@ -442,7 +459,9 @@ export interface StoreBackend {
    * One statement: the lease is destroyed, its slot locks go, a reservation it held goes
    * back (`freed`), its resource counts one lease fewer (`left`: what it is now), and,
    * given the claim of its worker's pass, its work item goes (`dropped`) if that claim
-   * still holds it and no wake came since.
+   * still holds it and no wake came since. With `releasedBy`, an active lease is released
+   * and destroyed at once, consuming that release command (a blueprint with no hook to call
+   * in between): its log shows both steps.
    */
   destroyLease(
     unit: Unit,
@@ -450,7 +469,10 @@ export interface StoreBackend {
     from: LeaseStatus,
     logs: LogInsert[],
     claim?: { workerId: string; wakeCount: number },
+    releasedBy?: ReleasedBy,
   ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean }>;
+  /** See `claimLease` in store.ts: the lease's work item claimed in `unit` if no one holds it, and the lease read. */
+  claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null>;
   /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */
   consumedWith(commandId: number, now: DateTime): AlsoWrite;
 

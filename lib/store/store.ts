@@ -11,8 +11,8 @@ import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
 import { Params } from './params.js';
 import { quoteIdent, statements, type Statements } from './sql/statements.js';
-import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend, Page } from './backend.js';
-export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
+import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend, Page } from './backend.js';
+export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
 
 export function mapLease(r: Record<string, any>): LeaseRow {
   return {
@@ -43,6 +43,12 @@ export function mapLease(r: Record<string, any>): LeaseRow {
     authorizingOwner: r.authorizing_owner ?? null,
     hasCommands: Boolean(r.has_commands),
   };
+}
+
+/** A lease as `leaseWithCommands` returns it: with its unconsumed commands and its resource. */
+function leaseWithCommands(r: Record<string, any>): LeaseRow {
+  const commands = ((r.unconsumed ?? []) as Array<Record<string, any>>).map((c) => mapCommand({ ...c, target_kind: 'lease', target_id: r.id }));
+  return { ...mapLease(r), hasCommands: commands.length > 0, commands, resource: r.resource_row ? mapResource(r.resource_row) : null };
 }
 
 function mapCommand(r: Record<string, any>): CommandRow {
@@ -202,9 +208,18 @@ export class Store implements StoreBackend {
   /** A lease, with the commands that wait for it, in order. */
   async lease(id: string, sql: Sql = this.db): Promise<LeaseRow | null> {
     const [r] = await sql.query(this.sql.leaseWithCommands, [id]);
-    if (!r) return null;
-    const commands = ((r.unconsumed ?? []) as Array<Record<string, any>>).map((c) => mapCommand({ ...c, target_kind: 'lease', target_id: id }));
-    return { ...mapLease(r), hasCommands: commands.length > 0, commands };
+    return r ? leaseWithCommands(r) : null;
+  }
+
+  /**
+   * In `unit`, claims the lease's work item for `workerId` if no one holds it (a row
+   * another transaction locks is skipped, not waited for), and reads the lease as `lease`
+   * does. Null when it cannot be claimed now. The claim ends with the unit's writes: the
+   * destroy deletes the item, and a rollback undoes the claim.
+   */
+  async claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null> {
+    const [r] = await unit.sql.query(this.sql.claimLeaseWithCommands, [id, workerId, toDb(unit.now), toDb(until)]);
+    return r ? { lease: leaseWithCommands(r), wakeCount: Number(r.claimed_wake_count) } : null;
   }
 
   /** A lease and, in the same read, its resource (what `acquire()` hands over). */
@@ -276,12 +291,15 @@ export class Store implements StoreBackend {
    * happens unless the CAS matched.
    */
   private async cas(unit: Unit, kind: ObjectKind, id: string, from: string, to: string, sets: Sets, options: CasOptions): Promise<CasResult<LeaseRow | ResourceRow> | null> {
-    if (!isLegalTransition(kind, from, to)) throw new IllegalTransitionError(kind, id, from, to);
+    const via = options.via;
+    const steps: Array<[string, string]> = via ? [[from, via.status], [via.status, to]] : [[from, to]];
+    for (const [a, b] of steps) if (!isLegalTransition(kind, a, b)) throw new IllegalTransitionError(kind, id, a, b);
     const p = new Params();
     const table = kind === 'lease' ? 'leases' : 'resources';
     const now = p.add(toDb(unit.now));
     const guard = options.guard ? ` AND (${options.guard(p)})` : '';
-    const logs: LogInsert[] = [{ type: 'status.changed', data: { kind, from, to }, [kind]: id }, ...(options.logs ?? [])];
+    const changed = ([a, b]: [string, string]): LogInsert => ({ type: 'status.changed', data: { kind, from: a, to: b }, [kind]: id });
+    const logs: LogInsert[] = [...(via ? [changed(steps[0]), ...via.logs] : []), changed(steps.at(-1)!), ...(options.logs ?? [])];
     // A child lease's owner resource may be suspended waiting for it: wake it when the child
     // is settled (active, or on its way out), not on pending/acquired, which it would only wait on again.
     const wakesParent = kind === 'lease' && to !== 'pending' && to !== 'acquired';
@@ -314,7 +332,7 @@ export class Store implements StoreBackend {
     const r = rows[0];
     if (!r || r.id === null || r.id === undefined) return null;
     const result: CasResult<LeaseRow | ResourceRow> = { row: kind === 'lease' ? mapLease(r) : mapResource(r), also: {} };
-    unit.events.push({ kind, id, from, to, row: result.row, resource: options.resource });
+    for (const [a, b] of steps) unit.events.push({ kind, id, from: a, to: b, row: result.row, resource: options.resource });
     unit.logs.push(...(r.written_logs ?? []));
     if (r.woke_parent) unit.woke = true;
     for (const a of [...before, ...also]) if (a.returning) result.also[a.name] = r[a.name] ?? [];
@@ -367,10 +385,20 @@ export class Store implements StoreBackend {
    * locks as `takeResource` does (only if no lease of the type waits: `unlessWaiting`),
    * inserts the lease (`acquired`, with the intent to activate it recorded) and its work
    * item, claimed by `claimedBy`, and logs what a lease that queued and was then acquired
-   * would log. Null when the resource is no longer free or a lease waits (nothing was
-   * written); slot locks held by others raise SW001.
+   * would log. With `active` (a blueprint with no `activateLease`: no hook whose intent
+   * must be recorded first) the lease is created active instead, and its work item is not
+   * claimed: it is due at the lease's expiry. Null when the resource is no longer free or
+   * a lease waits (nothing was written); slot locks held by others raise SW001.
    */
-  async insertAcquired(unit: Unit, lease: NewLease, a: Acquisition, attributes: JsonObject, blueprint: string, claimedBy: { worker: string; until: DateTime }): Promise<{ lease: LeaseRow; resource: ResourceRow } | null> {
+  async insertAcquired(
+    unit: Unit,
+    lease: NewLease,
+    a: Acquisition,
+    attributes: JsonObject,
+    blueprint: string,
+    claimedBy: { worker: string; until: DateTime },
+    active = false,
+  ): Promise<{ lease: LeaseRow; resource: ResourceRow } | null> {
     const p = new Params();
     const now = p.add(toDb(unit.now));
     const take = this.takeResource(lease.id, a, unit.now);
@@ -378,20 +406,31 @@ export class Store implements StoreBackend {
       { type: 'lease.queued', data: { type: lease.type, owner: lease.owner, priority: lease.priority }, lease: lease.id },
       { type: 'status.changed', data: { kind: 'lease', from: 'pending', to: 'acquired' }, lease: lease.id },
       { type: 'lease.acquired', data: { resource: a.resourceId, blueprint }, lease: lease.id, resource: a.resourceId, blueprint },
+      ...(active
+        ? [
+            { type: 'status.changed', data: { kind: 'lease', from: 'acquired', to: 'active' }, lease: lease.id },
+            { type: 'lease.activated', data: { resource: a.resourceId }, lease: lease.id, resource: a.resourceId, blueprint },
+          ]
+        : []),
     ];
+    // Active: no worker needs to see it before its expiry (or, with none, a command).
+    const work = active
+      ? { runAt: `${p.add(toDb(lease.expiresAt))}::timestamptz`, claimedBy: 'NULL', claimUntil: 'NULL' }
+      : { runAt: now, claimedBy: p.add(claimedBy.worker), claimUntil: `${p.add(toDb(claimedBy.until))}::timestamptz` };
     const text = `
       WITH ${take.map((t) => `${t.name} AS (${t.sql(p)})`).join(', ')},
       l AS (
         INSERT INTO ${this.s}.leases (id, type, status, attributes, blueprints, owner, priority, expires_at, deadline_at, parent_resource_id, child_key,
                                       authorizing_owner, resource_id, phase, phase_attempts, created_at, status_changed_at)
-        SELECT ${p.add(lease.id)}, ${p.add(lease.type)}, 'acquired', ${p.add(JSON.stringify(attributes))}::jsonb, ${p.add(lease.blueprints)}::text[], ${p.add(lease.owner)},
+        SELECT ${p.add(lease.id)}, ${p.add(lease.type)}, ${p.add(active ? 'active' : 'acquired')}, ${p.add(JSON.stringify(attributes))}::jsonb, ${p.add(lease.blueprints)}::text[], ${p.add(lease.owner)},
                ${p.add(lease.priority)}::integer, ${p.add(toDb(lease.expiresAt))}::timestamptz, ${p.add(toDb(lease.deadlineAt))}::timestamptz,
-               ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, ${this.authorizingOwner(p, lease)}, taken.id, 'activate', 1, ${now}, ${now}
+               ${p.add(lease.parentResourceId)}, ${p.add(lease.childKey)}, ${this.authorizingOwner(p, lease)}, taken.id,
+               ${p.add(active ? null : 'activate')}, ${p.add(active ? 0 : 1)}::integer, ${now}, ${now}
         FROM taken WHERE NOT EXISTS (SELECT 1 FROM conflicts)
         RETURNING *
       ), w AS (
         INSERT INTO ${this.s}.work_items (object_kind, object_id, run_at, priority, seq, claimed_by, claim_expires_at)
-        SELECT 'lease', l.id, ${now}, l.priority, l.seq, ${p.add(claimedBy.worker)}, ${p.add(toDb(claimedBy.until))}::timestamptz FROM l
+        SELECT 'lease', l.id, ${work.runAt}, l.priority, l.seq, ${work.claimedBy}, ${work.claimUntil} FROM l
         RETURNING 1
       ), lg AS (${this.logsFrom('l', logs, p, now, false)})
       SELECT l.*, false AS has_commands, (SELECT json_agg(lg ORDER BY lg.id) FROM lg) AS written_logs,
@@ -400,9 +439,12 @@ export class Store implements StoreBackend {
     const [r] = await unit.sql.query(text, p.values);
     // The resource is no longer free, or a lease waits: nothing was written.
     if (!r?.id) return null;
+    const row = mapLease(r);
+    const resource = mapResource(r.taken_row);
     unit.events.push({ kind: 'lease', id: lease.id, from: null, to: 'pending' }, { kind: 'lease', id: lease.id, from: 'pending', to: 'acquired' });
+    if (active) unit.events.push({ kind: 'lease', id: lease.id, from: 'acquired', to: 'active', row, resource });
     unit.logs.push(...(r.written_logs ?? []));
-    return { lease: mapLease(r), resource: mapResource(r.taken_row) };
+    return { lease: row, resource };
   }
 
   /**
@@ -840,10 +882,25 @@ export class Store implements StoreBackend {
    * given the claim of its worker's pass, its work item goes (`dropped`) if that claim
    * still holds it and no wake came since.
    */
-  async destroyLease(unit: Unit, leaseId: string, from: LeaseStatus, logs: LogInsert[], claim?: { workerId: string; wakeCount: number }): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean }> {
+  async destroyLease(
+    unit: Unit,
+    leaseId: string,
+    from: LeaseStatus,
+    logs: LogInsert[],
+    claim?: { workerId: string; wakeCount: number },
+    releasedBy?: ReleasedBy,
+  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean }> {
+    const now = toDb(unit.now);
+    const command: AlsoWrite[] = !releasedBy
+      ? []
+      : 'commandId' in releasedBy
+        ? [this.consumedWith(releasedBy.commandId, unit.now)]
+        : [{ name: 'consumed', sql: (p) => this.sql.consumedRelease(p, JSON.stringify(releasedBy.written.data), releasedBy.written.author, now) }];
     const { also } = await this.casWith(unit, 'lease', leaseId, from, 'destroyed', { phase: null, phase_attempts: 0 }, {
       logs,
+      ...(releasedBy ? { via: { status: 'released', logs: releasedBy.logs } } : {}),
       also: [
+        ...command,
         { name: 'slots', sql: this.sql.destroyedLeaseSlots },
         { name: 'freed', returning: true, sql: this.sql.destroyedLeaseFreed },
         { name: 'counted', returning: true, sql: (p) => this.sql.destroyedLeaseCounted(p, toDb(unit.now)) },

@@ -91,6 +91,13 @@ export interface FakeBlueprintOptions {
   /** A child lease to take during allocation. */
   child?: { type: string; attributes?: JsonObject };
   /**
+   * Hooks the fake leaves out, as a blueprint that needs them not: any hook but
+   * `allocateResource`. Without `activateLease`, `releaseLease` and `destroyLease` a lease
+   * takes slipway's shorter paths (no intent to record before a hook that does not exist).
+   * @defaultValue [] (every hook defined)
+   */
+  without?: FakeHook[];
+  /**
    * The leases' `command` interface. `run(argv, options)` is checked as `localHosts` checks
    * it (a non-empty array of strings), rejects with `AbortError` when `options.signal` is
    * aborted, passes the output to `onStdout`/`onStderr`, and resolves with the reply.
@@ -170,8 +177,12 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
     },
   });
 
+  const without = options.without ?? [];
+  if (!Array.isArray(without) || without.some((hook) => !(hook in calls) || hook === 'allocateResource')) {
+    throw new ValidationError('without', `must be an array of hook names other than allocateResource (known: ${Object.keys(calls).join(', ')})`);
+  }
   const type = options.type ?? 'fake';
-  const implementation = defineBlueprint<FakeBlueprintOptions>({
+  const full: BlueprintImplementation<FakeBlueprintOptions> = {
     type,
     description: 'A test double: every hook counted, delayed or failed on demand.',
     idleExpiry: options.idleExpiry,
@@ -217,7 +228,9 @@ export function fakeBlueprint(options: FakeBlueprintOptions = {}): FakeBlueprint
       /** The lease and resource ids, for a test that only needs to see which resource it got. */
       echo: (ctx) => ({ lease: ctx.lease.id, resource: ctx.resource.id }),
     },
-  });
+  };
+  for (const hook of without) delete (full as unknown as Record<string, unknown>)[hook];
+  const implementation = defineBlueprint<FakeBlueprintOptions>(full);
   const limits = options.exclusive ? { maxLeasesPerResource: 1, ...options.limits } : options.limits;
   const blueprint = implementation({ name: options.name ?? `fake-${++counter}`, config: options, limits, enabled: options.enabled, requireAuthorization: options.requireAuthorization, timeouts: options.timeouts });
   return Object.assign(Object.create(null), blueprint, { calls, history, fail, commands }) as FakeBlueprint;

@@ -76,7 +76,16 @@ export interface Config {
   maxAgeMs?: number | null;
   /** A broker quota on the owners `t1/*` (QUOTA_OWNER): acquire steps draw owners of two tenants, t1 and t2. */
   quota?: { maxLeases: number } | null;
+  /**
+   * The blueprint has no activateLease, releaseLease or destroyLease: leases take the shorter
+   * paths (created active; released and destroyed in one statement). Faults armed for those
+   * hooks never meet a call. Absent: every hook.
+   */
+  withoutLeaseHooks?: boolean;
 }
+
+/** The hooks a `withoutLeaseHooks` blueprint leaves out. */
+export const LEASE_PHASE_HOOKS = ['activateLease', 'releaseLease', 'destroyLease'] as const;
 
 /** The owner prefix the generated quota covers; `t2/...` owners are outside it. */
 export const QUOTA_OWNER = 't1/*';
@@ -164,6 +173,7 @@ export const scenarioOf = (steps: number, timings: StepTimings): fc.Arbitrary<Sc
     maxServed: fc.constantFrom(null, null, null, null, 1, 2, 3),
     maxAgeMs: fc.constantFrom(null, null, null, null, ...timings.maxAge),
     quota: fc.constantFrom(null, null, null, { maxLeases: 1 }, { maxLeases: 2 }, { maxLeases: 3 }),
+    withoutLeaseHooks: fc.constantFrom(false, false, true),
   }).map((c) => ({ ...c, minIdle: c.maxResources === null ? c.minIdle : Math.min(c.minIdle, c.maxResources) })),
   steps: fc.array(fc.option(stepArbOf(timings), { nil: null, freq: 1000 }), { minLength: steps, maxLength: steps }),
 });
@@ -331,11 +341,13 @@ export abstract class ModelHarness {
       },
       timeouts: { default: { milliseconds: options.hookTimeoutMs } },
       gates,
+      without: config.withoutLeaseHooks ? [...LEASE_PHASE_HOOKS] : [],
     });
     const impl = this.fake.implementation as unknown as Record<string, unknown>;
     const wrapped: Record<string, unknown> = { ...impl };
     for (const hook of HOOKS) {
-      const original = impl[hook] as (ctx: any) => unknown;
+      const original = impl[hook] as ((ctx: any) => unknown) | undefined;
+      if (!original) continue;
       wrapped[hook] = (ctx: any) => {
         const fault = this.faultsPaused ? undefined : this.nextFault(hook, ctx);
         if (fault) this.nextGate[hook] = this.startFault(hook, fault, ctx);

@@ -46,6 +46,10 @@ export function casWrites(S: string) {
     destroyedLeaseWork: (p: Params, workerId: string, wakeCount: number) => `DELETE FROM ${S}.work_items
         WHERE object_kind = 'lease' AND object_id = (SELECT id FROM upd) AND claimed_by = ${p.add(workerId)} AND wake_count = ${p.add(wakeCount)} RETURNING object_id`,
     // A command consumed in the statement of the CAS it causes: exactly once (consumed_at IS NULL), and only if the CAS applied.
+    // The holder's own release, run inline: written already consumed, only if the CAS applies.
+    consumedRelease: (p: Params, data: string, author: string | null, now: unknown) =>
+      `INSERT INTO ${S}.commands (target_kind, target_id, command, data, author, created_at, consumed_at, outcome)
+       SELECT 'lease', upd.id, 'release', ${p.add(data)}::jsonb, ${p.add(author)}, ${p.add(now)}::timestamptz, ${p.add(now)}::timestamptz, 'applied' FROM upd`,
     consumedWith: (p: Params, commandId: number, now: unknown) =>
       `UPDATE ${S}.commands SET consumed_at = ${p.add(now)}::timestamptz, outcome = 'applied' WHERE id = ${p.add(commandId)} AND consumed_at IS NULL AND EXISTS (SELECT 1 FROM upd)`,
   };

@@ -41,13 +41,29 @@ export function statements(schema: string, agingMs: number | null = null) {
     ...casWrites(S),
     ...authorizationStatements(S),
     ...policies,
-    // Plain reads that save the object's worker a second round trip on every pass: a lease
-    // comes with its unconsumed commands in order (null when there are none), a resource
-    // with whether commands wait for it.
+    // Plain reads that save the object's worker more round trips on every pass: a lease
+    // comes with its unconsumed commands in order (null when there are none) and its
+    // resource's row, a resource with whether commands wait for it.
     leaseWithCommands: `
       SELECT l.*, (SELECT jsonb_agg(jsonb_build_object('id', c.id, 'command', c.command, 'data', c.data, 'author', c.author) ORDER BY c.id)
-                   FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = l.id AND c.consumed_at IS NULL) AS unconsumed
-      FROM ${S}.leases l WHERE l.id = $1`,
+                   FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = l.id AND c.consumed_at IS NULL) AS unconsumed,
+        to_jsonb(r) AS resource_row
+      FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
+    // The same read for the lease's holder releasing it inline: only if it can claim the
+    // lease's work item now (unclaimed or its claim expired; a row another transaction
+    // locks is skipped, not waited for). No row: a worker has it, or there is none.
+    claimLeaseWithCommands: `
+      WITH c AS (
+        UPDATE ${S}.work_items w SET claimed_by = $2, claim_expires_at = $4
+        WHERE w.object_kind = 'lease' AND w.object_id = (
+          SELECT object_id FROM ${S}.work_items
+          WHERE object_kind = 'lease' AND object_id = $1 AND (claimed_by IS NULL OR claim_expires_at < $3)
+          FOR UPDATE SKIP LOCKED)
+        RETURNING w.wake_count)
+      SELECT l.*, (SELECT jsonb_agg(jsonb_build_object('id', cm.id, 'command', cm.command, 'data', cm.data, 'author', cm.author) ORDER BY cm.id)
+                   FROM ${S}.commands cm WHERE cm.target_kind = 'lease' AND cm.target_id = l.id AND cm.consumed_at IS NULL) AS unconsumed,
+        to_jsonb(r) AS resource_row, c.wake_count AS claimed_wake_count
+      FROM c CROSS JOIN ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
     leaseWithResource: `
       SELECT l.*, to_jsonb(r) AS resource_row FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
     // The watched leases of `lease.signal`, in one read however many there are; a plain
