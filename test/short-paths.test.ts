@@ -119,7 +119,7 @@ describe('the shorter paths of a blueprint without lease hooks, on the real cloc
     await broker.close();
   });
 
-  test('a release inline hands the resource to the lease waiting for it, in the same transaction', async () => {
+  test('a release inline hands the resource to the lease waiting for it, whose worker acquires and activates it in one statement', async () => {
     const broker = await realBroker({ blueprints: [plainHosts('one', { maxResources: 1 }).blueprint], waitRecheck: { seconds: 60 }, sweepInterval: { seconds: 60 } });
     const held = await broker.acquire({ type: 'host', owner: 'a' });
     const waiting = await broker.requestLease({ type: 'host', owner: 'b' });
@@ -130,6 +130,8 @@ describe('the shorter paths of a blueprint without lease hooks, on the real cloc
     // Far below the 60 s recheck and sweep: the hand-off of the release woke it.
     expect(Date.now() - released).toBeLessThan(5_000);
     expect(next.resource.id).toBe(held.resource.id);
+    // The waiter's worker took the resource and activated the lease in one statement.
+    expect(await statusPath(broker, waiting.id)).toBe('pending>acquired+active');
     await next.release();
     await broker.close();
   });

@@ -271,7 +271,8 @@ export async function breakLease(rt: Runtime, lease: LeaseRow, reason: string): 
  * canAcquireLease and acquireLease (no transaction open), then one short transaction:
  * the resource row takes the lease (still active, not reserved for another, below
  * `maxLeasesPerResource`), the slot locks, and the lease's CAS to acquired, which also
- * records the intent to activate it: the next step calls activateLease at once.
+ * records the intent to activate it: the next step calls activateLease at once. A
+ * blueprint without activateLease has the CAS go on to active.
  */
 async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<'no' | LeaseStep> {
   const { store } = rt;
@@ -307,14 +308,18 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
     // A hand-off may have reserved another resource for this lease since the pass read it:
     // the statement frees that one for the next waiter (`freed`), or it would stay reserved
     // for a lease that never comes.
+    // With no activateLease there is no intent to record: the lease goes on to active in the
+    // same statement. A release or an expiry that comes meanwhile is the next step's.
+    const active = !hasHook(blueprint, 'activateLease');
     const take = (u: Unit) =>
       store.acquireOnResource(
         u,
         lease.id,
         { resourceId: resource.id, maxLeases: max, slots: slots.keys, retirement: retirementOf(blueprint, rt.clock.now()) },
         // allocating_resource_id is left as it is: the statement reads it to free the reservation.
-        { resource_id: resource.id, wait_log_id: null, attributes, phase: 'activate', phase_attempts: 1 },
+        { resource_id: resource.id, wait_log_id: null, attributes, phase: active ? null : 'activate', phase_attempts: active ? 0 : 1 },
         [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
+        active ? { log: { type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }, resource } : undefined,
       );
     // On a blueprint that requires authorization, the acquisition commits only while the
     // owner is authorized: checked under the blueprint's authorization lock, in its
@@ -342,7 +347,7 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
     const wakes: Array<[string, string]> = result.freed.filter((f) => f.free).map((f) => [f.type, f.blueprint]);
     if (max === null || taken.leaseCount < max) wakes.push([resource.type, blueprint.name]);
     for (const [type, name] of wakes) await store.single((u) => store.wakeNextWaiting(u, [type], [name]));
-    return { lease: result.lease, resource: taken, intent: 'activate' };
+    return { lease: result.lease, resource: taken, intent: active ? undefined : 'activate' };
   } catch (error) {
     const keys = slotConflictKeys(error);
     if (!keys) throw error;

@@ -422,10 +422,11 @@ export interface StoreBackend {
   /**
    * One statement: a pending lease takes an active resource (see `takeResource`), with its
    * slot locks, and moves to acquired with `sets`; a reservation it held elsewhere is freed
-   * (`freed`: the resources, and whether each is free now). Null when the resource is no
-   * longer available; slot locks held by others raise SW001.
+   * (`freed`: the resources, and whether each is free now). With `activated` (a blueprint
+   * with no `activateLease`) it goes on to active in the same statement, logging that too.
+   * Null when the resource is no longer available; slot locks held by others raise SW001.
    */
-  acquireOnResource(unit: Unit, leaseId: string, a: Acquisition, sets: Sets, logs: LogInsert[]): Promise<{ lease: LeaseRow; resource: ResourceRow; freed: Array<{ type: string; blueprint: string; free: boolean }> } | null>;
+  acquireOnResource(unit: Unit, leaseId: string, a: Acquisition, sets: Sets, logs: LogInsert[], activated?: { log: LogInsert; resource: ResourceRow }): Promise<{ lease: LeaseRow; resource: ResourceRow; freed: Array<{ type: string; blueprint: string; free: boolean }> } | null>;
   /** Under the lease's row lock: whether it is still pending and drives no allocation nor holds a reservation. */
   lockLeaseForAllocation(unit: Unit, leaseId: string): Promise<boolean>;
   /**

@@ -789,14 +789,22 @@ export class Store implements StoreBackend {
   /**
    * One statement: a pending lease takes an active resource (see `takeResource`), with its
    * slot locks, and moves to acquired with `sets`; a reservation it held elsewhere is freed
-   * (`freed`: the resources, and whether each is free now). Null when the resource is no
-   * longer available; slot locks held by others raise SW001.
+   * (`freed`: the resources, and whether each is free now). With `activated` (a blueprint
+   * with no `activateLease`) it goes on to active in the same statement, logging that too.
+   * Null when the resource is no longer available; slot locks held by others raise SW001.
    */
-  async acquireOnResource(unit: Unit, leaseId: string, a: Acquisition, sets: Sets, logs: LogInsert[]): Promise<{ lease: LeaseRow; resource: ResourceRow; freed: Array<{ type: string; blueprint: string; free: boolean }> } | null> {
-    const result = await this.casIf(unit, 'lease', leaseId, 'pending', 'acquired', sets, {
+  async acquireOnResource(
+    unit: Unit,
+    leaseId: string,
+    a: Acquisition,
+    sets: Sets,
+    logs: LogInsert[],
+    activated?: { log: LogInsert; resource: ResourceRow },
+  ): Promise<{ lease: LeaseRow; resource: ResourceRow; freed: Array<{ type: string; blueprint: string; free: boolean }> } | null> {
+    const result = await this.casIf(unit, 'lease', leaseId, 'pending', activated ? 'active' : 'acquired', sets, {
       before: this.takeResource(leaseId, a, unit.now),
       guard: this.sql.acquisitionGuard,
-      logs,
+      ...(activated ? { via: { status: 'acquired', logs }, logs: [activated.log], resource: activated.resource } : { logs }),
       also: [{ name: 'freed', returning: true, sql: (p) => this.sql.acquisitionFreed(p, a.resourceId) }],
       failIf: this.acquisitionFails('upd'),
     });
