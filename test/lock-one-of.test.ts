@@ -43,6 +43,14 @@ test('4 leases over 2 slots: each active lease holds its own slot, and a release
 
     const c = await broker.requestLease({ type: 'host', owner: 'c' });
     const d = await broker.requestLease({ type: 'host', owner: 'd' });
+    // Both wait (their first passes are over) before a slot frees.
+    for (const lease of [c, d]) {
+      const deadline = Date.now() + 10_000;
+      while ((await broker.logs({ lease: lease.id, type: 'lease.waiting-for-resources' })).length === 0) {
+        if (Date.now() > deadline) throw new Error(`lease ${lease.id} never started waiting`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
     // The first lease to go frees slot 0 or 1: the next waiter gets exactly that one.
     const freed = slotOf(a);
     await a.release();

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { createBroker, type Broker, type BrokerOptions, type Logger } from '../lib/index.js';
 import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
@@ -66,6 +67,57 @@ describeOnPostgres('wake-ups across brokers (LISTEN/NOTIFY)', () => {
     await lease.release();
     await a.close();
     await b.close();
+  }, 60_000);
+});
+
+describeOnPostgres('a hand-off and the best waiter', () => {
+  test("the hand-off waits for the best waiter's work item when a statement holds it, instead of reserving the resource for the next one", async () => {
+    // The best waiter's work item is locked for the length of a statement whenever its
+    // worker claims it or ends a pass. The hand-off skipped it then (SKIP LOCKED) and
+    // reserved the freed resource for the lease ranked after it, which jumped the queue;
+    // the skipped one waited for its recheck. An outside transaction holds the lock longer.
+    const schema = freshSchema('handoff');
+    const broker = track(await createBroker({ ...SLOW, database: { url: tierUrl!, schema }, blueprints: [fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } })] }));
+    const held = await broker.acquire({ type: 'fake', timeout: { seconds: 20 } });
+    const first = await broker.requestLease({ type: 'fake', owner: 'first' });
+    const second = await broker.requestLease({ type: 'fake', owner: 'second' });
+    for (const lease of [first, second]) {
+      const deadline = Date.now() + 10_000;
+      while ((await broker.logs({ lease: lease.id, type: 'lease.waiting-for-resources' })).length === 0) {
+        if (Date.now() > deadline) throw new Error('the lease never started waiting');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+    const outside = new pg.Client({ connectionString: tierUrl!, application_name: 'handoff-lock' });
+    let waited = false;
+    await outside.connect();
+    try {
+      await outside.query('BEGIN');
+      await outside.query(`SELECT 1 FROM "${schema}".work_items WHERE object_kind = 'lease' AND object_id = $1 FOR UPDATE`, [first.id]);
+      const releasing = held.release();
+      // The hand-off waits for the lock, and the release with it; a skipping hand-off would
+      // not wait, and the release would end with the lock still held.
+      const deadline = Date.now() + 5_000;
+      waited = false;
+      while (!waited && Date.now() < deadline) {
+        const { rows } = await outside.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))');
+        waited = rows[0].n > 0;
+        if (!waited) await new Promise((r) => setTimeout(r, 20));
+      }
+      await outside.query('COMMIT');
+      await releasing;
+    } finally {
+      await outside.query('ROLLBACK').catch(() => undefined);
+      await outside.end();
+    }
+    // The freed resource went to the best waiter, not to the one after it.
+    const next = await first.whenActive({ timeout: { seconds: 10 } });
+    expect(next.resource.id).toBe(held.resource.id);
+    expect(await second.status()).toBe('pending');
+    expect(waited).toBe(true);
+    await next.release();
+    await (await second.whenActive({ timeout: { seconds: 10 } })).release();
+    await broker.close();
   }, 60_000);
 });
 

@@ -661,10 +661,14 @@ export class Store implements StoreBackend {
   /**
    * Freed capacity on an active resource goes to the best-ranked waiting lease: it is
    * woken and the resource is reserved for it, so a newcomer cannot jump the queue.
-   * If it cannot use the resource it drops the reservation and passes the wake on.
+   * If it cannot use the resource it drops the reservation and passes the wake on. That
+   * lease is chosen by rank alone, a wake already due for it or a statement holding it
+   * notwithstanding (`handOffNext`): passed over, it lost its turn to the lease after it.
    */
   async handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null> {
-    const next = await this.wakeNextWaiting(unit, [type], [blueprint]);
+    const [row] = await unit.sql.query(this.sql.handOffNext, [[type], [blueprint], toDb(unit.now)]);
+    const next: string | null = row?.object_id ?? null;
+    if (next) unit.woke = true;
     if (!next) return null;
     await unit.sql.query(this.sql.reserveFor, [resourceId, next]);
     return next;

@@ -197,6 +197,25 @@ export function statements(schema: string, agingMs: number | null = null) {
       FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
       RETURNING w.object_id`;
     })(),
+    // The lease a hand-off reserves a freed resource for: the best-ranked waiter with no
+    // reservation and driving no allocation, whether or not a wake is already due for it (a
+    // capacity wake does not give it the resource; skipped, it lost its turn to the lease
+    // after it). Its work item and its row are locked, waited for if a statement holds
+    // them, and re-checked then: a lease another hand-off reserved a resource for meanwhile
+    // no longer matches, and the next one in rank is taken.
+    handOffNext: `
+      WITH next AS (
+        SELECT w.object_kind, w.object_id FROM ${S}.work_items w
+        JOIN ${S}.leases l ON l.id = w.object_id AND w.object_kind = 'lease'
+        WHERE l.status = 'pending' AND l.type = ANY($1::text[])
+          AND (l.blueprints IS NULL OR l.blueprints && $2::text[])
+          AND l.allocating_resource_id IS NULL
+        ORDER BY ${rank} DESC, l.seq
+        LIMIT 1
+        FOR UPDATE OF w, l)
+      UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), chained = true, wake_count = w.wake_count + 1
+      FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
+      RETURNING w.object_id`,
     // The reservation of a hand-off: the lease (still pending, with no reservation of its
     // own) points at the resource first, under its row lock; the resource is reserved only
     // if that happened. The other order could leave a resource reserved for a lease that
