@@ -136,6 +136,27 @@ describe('the shorter paths of a blueprint without lease hooks, on the real cloc
     await broker.close();
   });
 
+  test('no lease is activated past its expiry: one whose ttl runs out while acquireLease runs is created or left acquired, and released as expired', async () => {
+    const slow = defineBlueprint({
+      type: 'host',
+      async allocateResource() {},
+      async acquireLease() {
+        await new Promise((r) => setTimeout(r, 800));
+      },
+    })({ name: 'slow-acquire' });
+    const broker = await realBroker({ blueprints: [slow] });
+    await (await broker.acquire({ type: 'host' })).release();
+    // The fast path (hooks inline in acquire()), then the allocator's (a timeout queues the lease).
+    for (const spec of [{ type: 'host', owner: 'fast', ttl: { milliseconds: 300 } }, { type: 'host', owner: 'queued', ttl: { milliseconds: 300 }, timeout: { seconds: 10 } }]) {
+      await expect(broker.acquire(spec)).rejects.toThrow(/expired/);
+      const [lease] = await broker.leases.list({ owner: spec.owner });
+      await until(async () => (await broker.leases.get(lease.id))!.status, (st) => st === 'destroyed', 'the expired lease to be destroyed');
+      expect({ owner: spec.owner, activated: await broker.logs({ lease: lease.id, type: 'lease.activated' }) }).toEqual({ owner: spec.owner, activated: [] });
+      expect(await broker.logs({ lease: lease.id, type: 'lease.expired' })).toHaveLength(1);
+    }
+    await broker.close();
+  });
+
   test('a lease that has commands waiting, or whose blueprint has a hook to call, takes the usual path', async () => {
     const withHooks = defineBlueprint({
       type: 'host',

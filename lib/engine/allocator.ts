@@ -193,8 +193,9 @@ export async function acquireAtOnce(rt: Runtime, lease: NewLease, claim: { worke
           });
           if (!acquired.ok) return acquired;
           const attributes = acquired.value?.attributes ? { ...lease.attributes, ...acquired.value.attributes } : lease.attributes;
+          // Created active only before its expiry: no lease is activated past it (the hooks above may have been slow).
+          const active = !hasHook(blueprint, 'activateLease') && !(lease.expiresAt && lease.expiresAt <= rt.clock.now());
           const acquisition = { resourceId: resource.id, maxLeases: blueprint.limits.maxLeasesPerResource, slots: slots.keys, unlessWaiting: lease.type, retirement: retirementOf(blueprint, rt.clock.now()) };
-          const active = !hasHook(blueprint, 'activateLease');
           const done = await store.single((u) => store.insertAcquired(u, lease, acquisition, attributes as JsonObject, blueprint.name, claim, active));
           return done ? { ...done, intent: active ? undefined : 'activate' } : null;
         } catch (error) {
@@ -309,13 +310,14 @@ async function acquireWith(rt: Runtime, lease: LeaseRow, resource: ResourceRow, 
     // the statement frees that one for the next waiter (`freed`), or it would stay reserved
     // for a lease that never comes.
     // With no activateLease there is no intent to record: the lease goes on to active in the
-    // same statement. A release or an expiry that comes meanwhile is the next step's.
+    // same statement, which takes nothing if the lease has expired by then (`unexpired`). A
+    // release that comes meanwhile is the next step's.
     const active = !hasHook(blueprint, 'activateLease');
     const take = (u: Unit) =>
       store.acquireOnResource(
         u,
         lease.id,
-        { resourceId: resource.id, maxLeases: max, slots: slots.keys, retirement: retirementOf(blueprint, rt.clock.now()) },
+        { resourceId: resource.id, maxLeases: max, slots: slots.keys, retirement: retirementOf(blueprint, rt.clock.now()), unexpired: active },
         // allocating_resource_id is left as it is: the statement reads it to free the reservation.
         { resource_id: resource.id, wait_log_id: null, attributes, phase: active ? null : 'activate', phase_attempts: active ? 0 : 1 },
         [{ type: 'lease.acquired', data: { resource: resource.id, blueprint: blueprint.name }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],

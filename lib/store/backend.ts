@@ -163,6 +163,12 @@ export interface Acquisition {
   slots: string[];
   /** Take the resource only if no lease of this type waits (first come, first served for a newcomer). */
   unlessWaiting?: string;
+  /**
+   * Take the resource only if the lease has not expired by the statement's time: the
+   * statement activates it too (a blueprint with no `activateLease`), and no lease is
+   * activated past its expiry.
+   */
+  unexpired?: boolean;
   /** The blueprint's recycling limits (see `retirement`): a resource past them takes no lease. */
   retirement: Retirement;
 }

@@ -359,6 +359,8 @@ export class Store implements StoreBackend {
           AND ${this.sql.notRetired('r', p.add(a.retirement.maxServed), p.add(toDb(a.retirement.bornAfter)))}
           AND (${p.add(a.unlessWaiting ?? null)}::text IS NULL
                OR NOT EXISTS (SELECT 1 FROM ${this.s}.leases w WHERE w.status = 'pending' AND w.type = ${p.add(a.unlessWaiting ?? null)}::text))
+          AND (NOT ${p.add(Boolean(a.unexpired))}::boolean
+               OR NOT EXISTS (SELECT 1 FROM ${this.s}.leases x WHERE x.id = ${p.add(leaseId)} AND x.expires_at <= ${p.add(toDb(now))}::timestamptz))
         RETURNING *`,
       },
       {
