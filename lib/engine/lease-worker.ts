@@ -122,12 +122,21 @@ function leaseOnResourceContext(rt: Runtime, blueprint: Blueprint<any, any, any>
   return { ...baseContext(rt, blueprint, { lease: lease.id, resource: resource.id }, resume), lease: leaseView(lease), resource: resourceView(resource) };
 }
 
+/** The lease's resource as the read of the lease returned it, if that read is the one at hand. */
+function resourceReadWith(lease: LeaseRow): ResourceRow | null {
+  return lease.resourceId && lease.resource?.id === lease.resourceId ? lease.resource : null;
+}
+
+/** Whether a lease of this blueprint can end with no hook to call (neither `releaseLease` nor `destroyLease`). */
+function endsWithoutHooks(blueprint: Blueprint<any, any, any>): boolean {
+  return !hasHook(blueprint, 'releaseLease') && !hasHook(blueprint, 'destroyLease');
+}
+
 /** The resource a step already holds, the one read with the lease, or a fresh read of it. */
 async function resourceOf(rt: Runtime, lease: LeaseRow, moved: LeaseMoved | null): Promise<ResourceRow | null> {
   if (!lease.resourceId) return null;
   if (moved?.resource?.id === lease.resourceId) return moved.resource;
-  if (lease.resource?.id === lease.resourceId) return lease.resource;
-  return rt.store.resource(lease.resourceId);
+  return resourceReadWith(lease) ?? rt.store.resource(lease.resourceId);
 }
 
 /**
@@ -140,9 +149,9 @@ async function resourceOf(rt: Runtime, lease: LeaseRow, moved: LeaseMoved | null
 async function releaseAtOnce(rt: Runtime, lease: LeaseRow, claim: LeaseClaim): Promise<Outcome | null> {
   const [command, ...more] = lease.commands ?? [];
   if (!command || more.length > 0 || command.command !== 'release' || lease.status !== 'active') return null;
-  const resource = lease.resource?.id === lease.resourceId ? lease.resource : null;
+  const resource = resourceReadWith(lease);
   const blueprint = blueprintOf(rt, resource);
-  if (!resource || !blueprint || hasHook(blueprint, 'releaseLease') || hasHook(blueprint, 'destroyLease')) return null;
+  if (!resource || !blueprint || !endsWithoutHooks(blueprint)) return null;
   crashPoint('releaseAtOnce.before');
   const reason = typeof command.data.reason === 'string' ? command.data.reason : 'released';
   const released = { type: 'lease.released' as const, data: { reason, author: command.author }, lease: lease.id };
@@ -307,12 +316,12 @@ class NotInline extends Error {}
 export async function releaseInline(rt: Runtime, leaseId: string, blueprintName: string, written: { data: { reason: string }; author: string | null }, claimUntil: DateTime): Promise<boolean> {
   const { store } = rt;
   const blueprint = rt.blueprints.get(blueprintName);
-  if (!blueprint || hasHook(blueprint, 'releaseLease') || hasHook(blueprint, 'destroyLease')) return false;
+  if (!blueprint || !endsWithoutHooks(blueprint)) return false;
   try {
     return await store.unit(async (u) => {
       const claimed = await store.claimLease(u, leaseId, rt.workerId, claimUntil);
       const lease = claimed?.lease;
-      const resource = lease?.resource?.id === lease?.resourceId ? lease?.resource : null;
+      const resource = lease ? resourceReadWith(lease) : null;
       if (!claimed || !lease || lease.status !== 'active' || lease.hasCommands || !resource || resource.blueprint !== blueprintName) throw new NotInline();
       crashPoint('releaseInline.claimed');
       const released = { type: 'lease.released' as const, data: { reason: written.data.reason, author: written.author }, lease: leaseId };

@@ -35,6 +35,11 @@ export function statements(schema: string, agingMs: number | null = null) {
   const S = quoteIdent(schema);
   const rank = agingMs === null ? 'l.priority' : `(l.priority + floor(extract(epoch FROM ($3::timestamptz - l.created_at)) * 1000 / ${Number(agingMs)})::integer)`;
   const policies = poolPolicyStatements(S, rank);
+  // What a lease's worker reads of lease l: the row, its unconsumed commands in order (null
+  // when there are none) and its resource r's row.
+  const leaseRead = `l.*, (SELECT jsonb_agg(jsonb_build_object('id', cm.id, 'command', cm.command, 'data', cm.data, 'author', cm.author) ORDER BY cm.id)
+                   FROM ${S}.commands cm WHERE cm.target_kind = 'lease' AND cm.target_id = l.id AND cm.consumed_at IS NULL) AS unconsumed,
+        to_jsonb(r) AS resource_row`;
   return {
     ...queries(S),
     ...allocationWrites(S),
@@ -45,9 +50,7 @@ export function statements(schema: string, agingMs: number | null = null) {
     // comes with its unconsumed commands in order (null when there are none) and its
     // resource's row, a resource with whether commands wait for it.
     leaseWithCommands: `
-      SELECT l.*, (SELECT jsonb_agg(jsonb_build_object('id', c.id, 'command', c.command, 'data', c.data, 'author', c.author) ORDER BY c.id)
-                   FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = l.id AND c.consumed_at IS NULL) AS unconsumed,
-        to_jsonb(r) AS resource_row
+      SELECT ${leaseRead}
       FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
     // The same read for the lease's holder releasing it inline: only if it can claim the
     // lease's work item now (unclaimed or its claim expired; a row another transaction
@@ -60,9 +63,7 @@ export function statements(schema: string, agingMs: number | null = null) {
           WHERE object_kind = 'lease' AND object_id = $1 AND (claimed_by IS NULL OR claim_expires_at < $3)
           FOR UPDATE SKIP LOCKED)
         RETURNING w.wake_count)
-      SELECT l.*, (SELECT jsonb_agg(jsonb_build_object('id', cm.id, 'command', cm.command, 'data', cm.data, 'author', cm.author) ORDER BY cm.id)
-                   FROM ${S}.commands cm WHERE cm.target_kind = 'lease' AND cm.target_id = l.id AND cm.consumed_at IS NULL) AS unconsumed,
-        to_jsonb(r) AS resource_row, c.wake_count AS claimed_wake_count
+      SELECT ${leaseRead}, c.wake_count AS claimed_wake_count
       FROM c CROSS JOIN ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
     leaseWithResource: `
       SELECT l.*, to_jsonb(r) AS resource_row FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
