@@ -136,6 +136,32 @@ describe('the shorter paths of a blueprint without lease hooks, on the real cloc
     await broker.close();
   });
 
+  test('the destroy statement finds the waiter that may use the freed resource, by blueprint, and the hand-off goes to it', async () => {
+    // Two pools of one host each; the first waiter may use only the second pool, the next either.
+    const broker = await realBroker({
+      blueprints: [plainHosts('one', { maxResources: 1 }).blueprint, plainHosts('two', { maxResources: 1 }).blueprint],
+      waitRecheck: { seconds: 60 },
+      sweepInterval: { seconds: 60 },
+    });
+    const onOne = await broker.acquire({ type: 'host', blueprints: ['one'] });
+    const onTwo = await broker.acquire({ type: 'host', blueprints: ['two'] });
+    const wantsTwo = await broker.requestLease({ type: 'host', owner: 'two only', blueprints: ['two'] });
+    const wantsAny = await broker.requestLease({ type: 'host', owner: 'either', blueprints: ['two', 'one'] });
+    for (const lease of [wantsTwo, wantsAny]) {
+      await until(async () => (await broker.logs({ lease: lease.id, type: 'lease.waiting-for-resources' })).length, (n) => n > 0, `${lease.id} to wait`);
+    }
+    const released = Date.now();
+    await onOne.release();
+    const next = await wantsAny.whenActive({ timeout: { seconds: 10 } });
+    // Woken by the hand-off, far below the 60 s recheck and sweep, though it queued second.
+    expect(Date.now() - released).toBeLessThan(5_000);
+    expect(next.resource.id).toBe(onOne.resource.id);
+    expect((await broker.leases.get(wantsTwo.id))!.status).toBe('pending');
+    await onTwo.release();
+    expect((await wantsTwo.whenActive({ timeout: { seconds: 10 } })).resource.id).toBe(onTwo.resource.id);
+    await broker.close();
+  });
+
   test('no lease is activated past its expiry: one whose ttl runs out while acquireLease runs is created or left acquired, and released as expired', async () => {
     const slow = defineBlueprint({
       type: 'host',

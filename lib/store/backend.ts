@@ -468,7 +468,8 @@ export interface StoreBackend {
    * given the claim of its worker's pass, its work item goes (`dropped`) if that claim
    * still holds it and no wake came since. With `releasedBy`, an active lease is released
    * and destroyed at once, consuming that release command (a blueprint with no hook to call
-   * in between): its log shows both steps.
+   * in between): its log shows both steps. `waiting`: whether, in the statement's snapshot,
+   * a pending lease may wait for its resource (without one, no hand-off is needed).
    */
   destroyLease(
     unit: Unit,
@@ -477,7 +478,7 @@ export interface StoreBackend {
     logs: LogInsert[],
     claim?: { workerId: string; wakeCount: number },
     releasedBy?: ReleasedBy,
-  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean }>;
+  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean; waiting: boolean }>;
   /** See `claimLease` in store.ts: the lease's work item claimed in `unit` if no one holds it, and the lease read. */
   claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null>;
   /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */

@@ -665,14 +665,13 @@ export class Store implements StoreBackend {
    * woken and the resource is reserved for it, so a newcomer cannot jump the queue.
    * If it cannot use the resource it drops the reservation and passes the wake on. That
    * lease is chosen by rank alone, a wake already due for it or a statement holding it
-   * notwithstanding (`handOffNext`): passed over, it lost its turn to the lease after it.
+   * notwithstanding: passed over, it lost its turn to the lease after it. One statement
+   * (`handOff` of the SQL) wakes it and reserves the resource.
    */
   async handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null> {
-    const [row] = await unit.sql.query(this.sql.handOffNext, [[type], [blueprint], toDb(unit.now)]);
+    const [row] = await unit.sql.query(this.sql.handOff, [[type], [blueprint], toDb(unit.now), resourceId]);
     const next: string | null = row?.object_id ?? null;
     if (next) unit.woke = true;
-    if (!next) return null;
-    await unit.sql.query(this.sql.reserveFor, [resourceId, next]);
     return next;
   }
 
@@ -894,7 +893,8 @@ export class Store implements StoreBackend {
    * One statement: the lease is destroyed, its slot locks go, a reservation it held goes
    * back (`freed`), its resource counts one lease fewer (`left`: what it is now), and,
    * given the claim of its worker's pass, its work item goes (`dropped`) if that claim
-   * still holds it and no wake came since.
+   * still holds it and no wake came since; `waiting`: whether a lease may wait for the
+   * resource (without one, a hand-off has no one to hand it to).
    */
   async destroyLease(
     unit: Unit,
@@ -903,7 +903,7 @@ export class Store implements StoreBackend {
     logs: LogInsert[],
     claim?: { workerId: string; wakeCount: number },
     releasedBy?: ReleasedBy,
-  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean }> {
+  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean; waiting: boolean }> {
     const now = toDb(unit.now);
     const command: AlsoWrite[] = !releasedBy
       ? []
@@ -918,12 +918,14 @@ export class Store implements StoreBackend {
         { name: 'slots', sql: this.sql.destroyedLeaseSlots },
         { name: 'freed', returning: true, sql: this.sql.destroyedLeaseFreed },
         { name: 'counted', returning: true, sql: (p) => this.sql.destroyedLeaseCounted(p, toDb(unit.now)) },
+        { name: 'waiter', returning: true, sql: this.sql.destroyedLeaseWaiter },
         ...(claim ? [{ name: 'dropped', returning: true, sql: (p: Params) => this.sql.destroyedLeaseWork(p, claim.workerId, claim.wakeCount) }] : []),
       ],
     });
     const left = also.counted[0];
     return {
       dropped: (also.dropped?.length ?? 0) > 0,
+      waiting: also.waiter.length > 0,
       freed: also.freed,
       left: left
         ? {

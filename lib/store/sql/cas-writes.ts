@@ -41,6 +41,15 @@ export function casWrites(S: string) {
         FROM upd WHERE r.id = upd.resource_id
         RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at,
           ${draining('r.blueprint')} AS blueprint_draining`,
+    // ... and whether a lease may wait for that resource: pending, of its type, free to use its
+    // blueprint, holding no reservation. A read of the statement's snapshot that spares the
+    // hand-off (a statement that locks the best waiter) when there is none. A waiter that
+    // commits after it is no worse off than one that commits after the hand-off's statement:
+    // its own pass sees the resource free once this commits, or its recheck comes.
+    destroyedLeaseWaiter: () => `SELECT 1 AS found FROM ${S}.resources r JOIN ${S}.leases l ON l.type = r.type
+        WHERE r.id = (SELECT resource_id FROM upd) AND l.status = 'pending' AND l.allocating_resource_id IS NULL
+          AND (l.blueprints IS NULL OR r.blueprint = ANY(l.blueprints))
+        LIMIT 1`,
     // ... and its work item, if the pass that destroys it still holds the claim and no wake
     // came during it (as Store.deleteWork; a wake would only find it destroyed).
     destroyedLeaseWork: (p: Params, workerId: string, wakeCount: number) => `DELETE FROM ${S}.work_items

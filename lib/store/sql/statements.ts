@@ -198,13 +198,19 @@ export function statements(schema: string, agingMs: number | null = null) {
       FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
       RETURNING w.object_id`;
     })(),
-    // The lease a hand-off reserves a freed resource for: the best-ranked waiter with no
-    // reservation and driving no allocation, whether or not a wake is already due for it (a
-    // capacity wake does not give it the resource; skipped, it lost its turn to the lease
-    // after it). Its work item and its row are locked, waited for if a statement holds
-    // them, and re-checked then: a lease another hand-off reserved a resource for meanwhile
-    // no longer matches, and the next one in rank is taken.
-    handOffNext: `
+    // A hand-off, one statement: the best-ranked waiter with no reservation and driving no
+    // allocation is woken, whether or not a wake is already due for it (a capacity wake does
+    // not give it the resource; skipped, it lost its turn to the lease after it). Its work
+    // item and its row are locked, waited for if a statement holds them, and re-checked
+    // then: a lease another hand-off reserved a resource for meanwhile no longer matches,
+    // and the next one in rank is taken. Then the reservation ($4, the resource): the lease
+    // (still pending, with no reservation of its own) points at the resource first, under
+    // the row lock taken above; the resource is reserved only if that happened. The other
+    // order could leave a resource reserved for a lease that moved on meanwhile, which
+    // nothing would ever free; this one at worst leaves the lease pointing at a resource it
+    // then finds taken and lets go of. The updates of the lease and the resource re-check
+    // their conditions on the newest row versions, as separate statements would.
+    handOff: `
       WITH next AS (
         SELECT w.object_kind, w.object_id FROM ${S}.work_items w
         JOIN ${S}.leases l ON l.id = w.object_id AND w.object_kind = 'lease'
@@ -213,23 +219,21 @@ export function statements(schema: string, agingMs: number | null = null) {
           AND l.allocating_resource_id IS NULL
         ORDER BY ${rank} DESC, l.seq
         LIMIT 1
-        FOR UPDATE OF w, l)
-      UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), chained = true, wake_count = w.wake_count + 1
-      FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
-      RETURNING w.object_id`,
-    // The reservation of a hand-off: the lease (still pending, with no reservation of its
-    // own) points at the resource first, under its row lock; the resource is reserved only
-    // if that happened. The other order could leave a resource reserved for a lease that
-    // moved on meanwhile, which nothing would ever free; this one at worst leaves the
-    // lease pointing at a resource it then finds taken and lets go of.
-    reserveFor: `
-      WITH ptr AS (
-        UPDATE ${S}.leases SET allocating_resource_id = $1
-        WHERE id = $2 AND status = 'pending' AND allocating_resource_id IS NULL
-          AND EXISTS (SELECT 1 FROM ${S}.resources WHERE id = $1 AND status = 'active' AND reserved_for IS NULL)
+        FOR UPDATE OF w, l),
+      woke AS (
+        UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), chained = true, wake_count = w.wake_count + 1
+        FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
+        RETURNING w.object_id),
+      ptr AS (
+        UPDATE ${S}.leases SET allocating_resource_id = $4
+        WHERE id = (SELECT object_id FROM woke) AND status = 'pending' AND allocating_resource_id IS NULL
+          AND EXISTS (SELECT 1 FROM ${S}.resources WHERE id = $4 AND status = 'active' AND reserved_for IS NULL)
+        RETURNING id),
+      reserved AS (
+        UPDATE ${S}.resources SET reserved_for = (SELECT id FROM ptr)
+        WHERE id = $4 AND status = 'active' AND reserved_for IS NULL AND EXISTS (SELECT 1 FROM ptr)
         RETURNING id)
-      UPDATE ${S}.resources SET reserved_for = $2
-      WHERE id = $1 AND status = 'active' AND reserved_for IS NULL AND EXISTS (SELECT 1 FROM ptr)`,
+      SELECT (SELECT object_id FROM woke) AS object_id, EXISTS (SELECT 1 FROM reserved) AS reserved`,
 
     // All or nothing: ON CONFLICT DO NOTHING waits on a concurrent insert of the same key
     // and then skips it. The keys returned are the conflicts: neither inserted now nor
