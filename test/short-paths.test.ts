@@ -183,20 +183,35 @@ describe('the shorter paths of a blueprint without lease hooks, on the real cloc
     await broker.close();
   });
 
-  test('a lease that has commands waiting, or whose blueprint has a hook to call, takes the usual path', async () => {
+  test('with releaseLease and destroyLease, the holder\'s release is still inline: released with its command written consumed, then the hooks, then destroyed', async () => {
+    const calls: string[] = [];
+    let failures = 1;
     const withHooks = defineBlueprint({
       type: 'host',
       async allocateResource() {},
-      async releaseLease() {},
-      async destroyLease() {},
+      async releaseLease(ctx) {
+        calls.push(`releaseLease ${ctx.lease.id}`);
+      },
+      async destroyLease(ctx) {
+        calls.push(`destroyLease ${ctx.lease.id}`);
+        // The first one fails: the destroy phase retries it, as a worker's pass would.
+        if (failures-- > 0) throw new Error('the host is busy');
+      },
     })({ name: 'hooked' });
-    const broker = await realBroker({ blueprints: [withHooks] });
+    const broker = await realBroker({ blueprints: [withHooks], backoff: { initial: { milliseconds: 200 }, max: { seconds: 1 } } });
     await (await broker.acquire({ type: 'host' })).release();
+    calls.length = 0;
+    failures = 1;
     const lease = await broker.acquire({ type: 'host' });
     await lease.release();
-    // The holder's command, consumed by the lease's worker: the release is its own step.
-    expect(await releaseCommands(broker, lease.id)).toEqual([{ author: 'holder', reason: 'released', outcome: 'applied', consumed: true }]);
-    // activateLease is missing here too (created active); releaseLease and destroyLease are not.
+    // release() resolved once the lease was destroyed, both hooks called, destroyLease again after its failure.
+    expect((await broker.leases.get(lease.id))!.status).toBe('destroyed');
+    expect(calls).toEqual([`releaseLease ${lease.id}`, `destroyLease ${lease.id}`, `destroyLease ${lease.id}`]);
+    // Written consumed in the statement that released it: no worker consumed it later.
+    const { db, store } = internals.get(broker)!;
+    const [command] = await db.query(`SELECT created_at = consumed_at AS same, author, outcome FROM ${store.s}.commands WHERE target_id = $1`, [lease.id]);
+    expect(command).toEqual({ same: true, author: 'holder', outcome: 'applied' });
+    // activateLease is missing here too (created active); releaseLease and destroyLease are not: the release is its own step.
     expect(await statusPath(broker, lease.id)).toBe('pending+acquired+active>released>destroyed');
     const phases = (await broker.logs({ lease: lease.id })).map((l) => l.type);
     expect(phases.indexOf('lease.released')).toBeLessThan(phases.indexOf('lease.destroyed'));

@@ -109,17 +109,19 @@ export async function releaseAndWait(ctx: BrokerContext, id: string, opts?: { wa
   ctx.keepAlives.get(id)?.();
   if (ctx.closed) throw new BrokerClosedError();
   // Rendered "Lease released by holder.": the author says who, and there is no more to say why.
-  // Written and consumed in one transaction, or (a worker has the lease, a hook to call)
+  // Written and consumed in one transaction, or (a worker has the lease, no slot is free)
   // not at all and the command below is written; an unknown commit outcome writes it too,
   // and it is then consumed as "no effect" if the first one landed.
-  if (wait !== false && blueprint && ctx.engine && (await ctx.engine.releaseInline(id, blueprint, { data: { reason: 'released' }, author: 'holder' }).catch(unlessOutcomeUnknown))) return;
+  const inline = wait !== false && blueprint && ctx.engine ? await ctx.engine.releaseInline(id, blueprint, { data: { reason: 'released' }, author: 'holder' }).catch(unlessOutcomeUnknown) : null;
+  if (inline === 'destroyed') return;
   if (wait === false) {
     await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');
     return;
   }
   // The watch starts before the write, and the write returns the status it found: a destroy
   // before the write is that status, one after it an event, a hint or the slow re-read.
-  // No read of the lease is needed.
+  // No read of the lease is needed. Released inline, the destroy phase's pass has not begun:
+  // it runs in a later turn of the event loop, after this watch has started.
   const unwatch = new AbortController();
   const destroyed = watchLease(ctx, id, (l) => (l.status === 'destroyed' ? { value: true } : null), {
     decisive: DESTROYED,
@@ -128,6 +130,10 @@ export async function releaseAndWait(ctx: BrokerContext, id: string, opts?: { wa
     signal: unwatch.signal,
     onAbort: () => new Error('no longer watched'),
   }).catch((error: unknown) => (unwatch.signal.aborted ? false : Promise.reject(error)));
+  if (inline === 'released') {
+    await destroyed;
+    return;
+  }
   let status: string;
   try {
     status = await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');

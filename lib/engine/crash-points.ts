@@ -38,6 +38,9 @@ export const CRASH_POINTS = [
   'releaseAtOnce.after',
   // the holder's release run inline: the lease's work item claimed in its transaction, nothing written yet (rolled back)
   'releaseInline.claimed',
+  // ... on a blueprint with releaseLease or destroyLease: released with the intent to
+  // destroy, the claim held, the pass that runs the destroy phase not yet begun
+  'releaseInline.released',
   // destroy resource
   'destroyResource.before',
   'destroyResource.after',

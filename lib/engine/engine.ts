@@ -4,7 +4,7 @@ import { Duration, type DateTime } from 'luxon';
 import type { ObjectKind } from '../model/states.js';
 import type { ClaimedWork } from '../store/store.js';
 import { crashPoint } from './crash-points.js';
-import { processLease, releaseInline } from './lease-worker.js';
+import { processLease, releaseInline, type InlineRelease } from './lease-worker.js';
 import { processResource } from './resource-worker.js';
 import { topUpWarmPools, warmPools } from './warm-pool.js';
 import { exponentialMs, type LeaseMoved, type Outcome, type Runtime } from './runtime.js';
@@ -196,9 +196,27 @@ export class Engine {
     return { worker: this.rt.workerId, until: this.rt.clock.now().plus(this.options.claimTtl) };
   }
 
-  /** The holder's release of a lease, run by this broker inline when it can (see `releaseInline`). */
-  releaseInline(leaseId: string, blueprint: string, written: { data: { reason: string }; author: string | null }): Promise<boolean> {
-    return releaseInline(this.rt, leaseId, blueprint, written, this.rt.clock.now().plus(this.options.claimTtl));
+  /**
+   * The holder's release of a lease, run by this broker inline when it can (see
+   * `releaseInline`): `destroyed` when it is over, `released` when its destroy phase now
+   * runs in a slot of this broker's workers, null when the release goes to the lease's worker.
+   */
+  async releaseInline(leaseId: string, blueprint: string, written: { data: { reason: string }; author: string | null }): Promise<'destroyed' | 'released' | null> {
+    let reserved = false;
+    const reserve = () => (reserved = this.reserve() !== null);
+    let result: InlineRelease;
+    try {
+      result = await releaseInline(this.rt, leaseId, blueprint, written, this.rt.clock.now().plus(this.options.claimTtl), reserve);
+    } catch (error) {
+      if (reserved) this.unreserve();
+      throw error;
+    }
+    if (result?.done === 'released') {
+      this.adopt('lease', leaseId, result.moved, result.wakeCount);
+      return 'released';
+    }
+    if (reserved) this.unreserve();
+    return result?.done ?? null;
   }
 
   /**
@@ -211,14 +229,15 @@ export class Engine {
   }
 
   /**
-   * Runs a work item created claimed by this worker in a slot `reserve` promised. While
-   * the broker closes, within its grace period, it still runs: it is the rest of an
-   * `acquire()` whose hooks ran inline, which `close()` waits for.
+   * Runs a work item created claimed by this worker (or claimed by the holder's release
+   * run inline, with its `wakeCount`) in a slot `reserve` promised. While the broker
+   * closes, within its grace period, it still runs: it is the rest of an `acquire()` whose
+   * hooks ran inline, or of a `release()`, which `close()` waits for.
    */
-  adopt(kind: ObjectKind, id: string, moved?: LeaseMoved): void {
+  adopt(kind: ObjectKind, id: string, moved?: LeaseMoved, wakeCount = 0): void {
     const handOver = this.reservations.shift();
     if (this.halted) return handOver?.(null);
-    const item: ClaimedItem = { kind, id, wakeCount: 0, chained: false, attempts: 0, priority: 0, moved };
+    const item: ClaimedItem = { kind, id, wakeCount, chained: false, attempts: 0, priority: 0, moved };
     this.inflight.set(`${kind}:${id}`, item);
     handOver?.(item);
   }
@@ -251,15 +270,15 @@ export class Engine {
       let outcome: Outcome;
       const observe = this.rt.workObserver?.();
       const started = observe ? clock.now() : null;
-      // Whoever deleted the work item, the pass ended in its deletion.
-      const observed = (result: Outcome['next'] | 'error', error: unknown = null) =>
-        observe?.({ unit: 'pass', kind: item.kind, id: item.id, durationMs: Math.max(0, clock.now().toMillis() - started!.toMillis()), outcome: result === 'deleted' ? 'delete' : result, error });
+      // Whoever deleted or finished the work item, the pass ended in its deletion, its schedule or its parking.
+      const observed = (result: Outcome | 'error', error: unknown = null) =>
+        observe?.({ unit: 'pass', kind: item.kind, id: item.id, durationMs: Math.max(0, clock.now().toMillis() - started!.toMillis()), outcome: passOutcome(result), error });
       try {
         outcome =
           item.kind === 'lease'
             ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts, wakeCount: item.wakeCount }, item.moved)
             : await processResource(this.rt, { id: item.id, attempts: item.attempts });
-        observed(outcome.next);
+        observed(outcome);
       } catch (error) {
         observed('error', error);
         if (this.halted) return;
@@ -274,6 +293,12 @@ export class Engine {
       crashPoint('pass.decided');
       // The destroy's own statement deleted the item (no wake came during the pass).
       if (outcome.next === 'deleted') return;
+      // The activation's own statement finished it (see `finished`): only this broker's poll or timer is left to set.
+      if (outcome.next === 'finished') {
+        if (outcome.due) this.maybeDue = true;
+        else if (outcome.at) this.scheduleAt(outcome.at);
+        return;
+      }
       if (outcome.next === 'delete') {
         if (await store.deleteWork({ ...item, workerId })) return;
       }
@@ -375,4 +400,12 @@ export class Engine {
     this.errors.push(error);
     if (this.errors.length > ERRORS_KEPT) this.errors.splice(0, this.errors.length - ERRORS_KEPT);
   }
+}
+
+/** A pass's outcome as its observers name it (`slipway/tracing`): where its work item went. */
+function passOutcome(outcome: Outcome | 'error'): Exclude<Outcome['next'], 'deleted' | 'finished'> | 'error' {
+  if (outcome === 'error') return 'error';
+  if (outcome.next === 'deleted') return 'delete';
+  if (outcome.next === 'finished') return outcome.due || outcome.at ? 'at' : 'park';
+  return outcome.next;
 }

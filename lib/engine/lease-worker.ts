@@ -210,12 +210,20 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
   // gave up, its holder let go), its resource may have broken, or it may have expired (its
   // late hook ran past expires_at). The late result then never activates it; a break after
   // the statement sees this lease active and breaks it too.
+  // With no command waiting, the same statement ends the pass: it releases the claim on the
+  // lease's work item, due at the expiry (a statement and a commit fewer per acquire).
   const activated = await store.single((u) =>
-    store.activateLease(u, lease.id, resource, { phase: null, phase_attempts: 0, attributes }, [
-      { type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name },
-    ]),
+    store.activateLease(
+      u,
+      lease.id,
+      resource,
+      { phase: null, phase_attempts: 0, attributes },
+      [{ type: 'lease.activated', data: { resource: resource.id }, lease: lease.id, resource: resource.id, blueprint: blueprint.name }],
+      { workerId: rt.workerId, wakeCount: claim.wakeCount },
+    ),
   );
-  if (activated) return { lease: activated };
+  if (activated?.finished) return { next: 'finished', ...activated.finished };
+  if (activated) return { lease: activated.row };
   // The next step consumes the command, or finds the resource gone and requeues the lease.
   await store.single((u) => store.update(u, 'lease', lease.id, 'acquired', { phase: null, phase_attempts: 0 }));
   return REREAD;
@@ -306,31 +314,64 @@ async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, cla
 class NotInline extends Error {}
 
 /**
+ * What the holder's release run inline did: the lease is destroyed already (its blueprint
+ * has no hook to call at its end), or released with the intent to destroy, and `moved` and
+ * the claim's `wakeCount` are for the pass, in the slot the caller reserved, that runs its
+ * destroy phase. Null: nothing was written, and the release goes to the lease's worker.
+ */
+export type InlineRelease = { done: 'destroyed' } | { done: 'released'; moved: LeaseMoved; wakeCount: number } | null;
+
+/**
  * The holder's own release, run inline by its broker: when no worker holds the lease's work
  * item, the caller claims it in a transaction (becoming the lease's single writer for that
- * instant), and on a blueprint with neither `releaseLease` nor `destroyLease` the lease is
- * released and destroyed there, the release command written consumed by the same
- * statement, and its capacity handed on. One transaction, no worker pass. Resolves false,
- * with nothing written, when the usual path must run instead: a worker holds the item, the
- * lease is not active or has commands waiting, or its blueprint has a hook to call.
+ * instant) and writes its release command already consumed by the status change it causes.
+ * On a blueprint with neither `releaseLease` nor `destroyLease` the lease is released and
+ * destroyed there, and its capacity handed on: one transaction, no worker pass. On a
+ * blueprint with either, the lease is released with the intent to destroy (as a consumed
+ * command leaves it), and the caller runs the destroy phase as a pass of its own workers
+ * under the claim it now holds, in a slot `reserve` promised first: a command write, a
+ * claim and a read fewer than the worker's path. Resolves null, with nothing written, when
+ * the usual path must run instead: no slot is free, a worker holds the item, or the lease
+ * is not active or has commands waiting.
  */
-export async function releaseInline(rt: Runtime, leaseId: string, blueprintName: string, written: { data: { reason: string }; author: string | null }, claimUntil: DateTime): Promise<boolean> {
+export async function releaseInline(
+  rt: Runtime,
+  leaseId: string,
+  blueprintName: string,
+  written: { data: { reason: string }; author: string | null },
+  claimUntil: DateTime,
+  reserve: () => boolean,
+): Promise<InlineRelease> {
   const { store } = rt;
   const blueprint = rt.blueprints.get(blueprintName);
-  if (!blueprint || !endsWithoutHooks(blueprint)) return false;
+  if (!blueprint) return null;
+  const hooks = !endsWithoutHooks(blueprint);
+  if (hooks && !reserve()) return null;
+  let result: InlineRelease;
   try {
-    return await store.unit(async (u) => {
+    result = await store.unit(async (u): Promise<InlineRelease> => {
       const claimed = await store.claimLease(u, leaseId, rt.workerId, claimUntil);
       const lease = claimed?.lease;
       const resource = lease ? resourceReadWith(lease) : null;
       if (!claimed || !lease || lease.status !== 'active' || lease.hasCommands || !resource || resource.blueprint !== blueprintName) throw new NotInline();
       crashPoint('releaseInline.claimed');
       const released = { type: 'lease.released' as const, data: { reason: written.data.reason, author: written.author }, lease: leaseId };
-      await destroyIn(rt, u, { lease, resource, blueprint, claim: claimed, releasedBy: { written, logs: [released] } });
-      return true;
+      if (!hooks) {
+        await destroyIn(rt, u, { lease, resource, blueprint, claim: claimed, releasedBy: { written, logs: [released] } });
+        return { done: 'destroyed' };
+      }
+      // As the worker's consumption of the command leaves it: released, with the intent to destroy.
+      const row = await store.casLease(u, leaseId, 'active', 'released', { phase: 'destroy', phase_attempts: 1 }, {
+        logs: [released],
+        also: [store.releaseWrittenConsumed(written, u.now)],
+      });
+      return { done: 'released', moved: { lease: row, resource, intent: 'destroy' }, wakeCount: claimed.wakeCount };
     });
   } catch (error) {
-    if (error instanceof NotInline) return false;
+    if (error instanceof NotInline) return null;
     throw error;
   }
+  // Released, the claim held by this broker and no pass running yet: a crash here leaves the claim to expire and another worker to resume the destroy phase.
+  if (result?.done === 'released') crashPoint('releaseInline.released');
+  return result;
 }

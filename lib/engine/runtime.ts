@@ -53,7 +53,7 @@ export interface Runtime {
  */
 export type WorkDone =
   | { unit: 'claim'; durationMs: number; claimed: number; error: unknown }
-  | { unit: 'pass'; durationMs: number; kind: 'lease' | 'resource'; id: string; outcome: Exclude<Outcome['next'], 'deleted'> | 'error'; error: unknown };
+  | { unit: 'pass'; durationMs: number; kind: 'lease' | 'resource'; id: string; outcome: Exclude<Outcome['next'], 'deleted' | 'finished'> | 'error'; error: unknown };
 
 /**
  * One blueprint hook call as `callHook` saw it: its time on the broker's clock, how it
@@ -78,7 +78,9 @@ export type Outcome =
   | { next: 'park' }
   | { next: 'at'; at: DateTime; attempts?: number }
   | { next: 'delete' }
-  | { next: 'deleted' };
+  | { next: 'deleted' }
+  /** The statement that ended the pass also released its claim on the work item: due again at once (a wake came during the pass), at `at`, or parked. */
+  | { next: 'finished'; due: boolean; at: DateTime | null };
 
 /**
  * What one step of a lease's pass hands to the next: the lease as the step's own CAS left

@@ -152,6 +152,16 @@ export interface CasOptions {
  * consumed by the statement, or one the statement writes consumed (the holder's own
  * release, run inline); with the logs of the `released` step.
  */
+/**
+ * An activation (`activateLease`): the lease as activated, and, given the claim of the pass
+ * that activated it, whether the same statement released that claim on its work item
+ * (null: commands wait for the lease, or the claim was lost, and the pass goes on).
+ */
+export interface ActivatedLease {
+  row: LeaseRow;
+  finished: { due: boolean; at: DateTime | null } | null;
+}
+
 export type ReleasedBy = ({ commandId: number } | { written: { data: JsonObject; author: string | null } }) & { logs: LogInsert[] };
 
 /** What an acquisition takes, in the statement that also moves the lease to acquired (`Store.takeResource`). */
@@ -461,7 +471,7 @@ export interface StoreBackend {
    * One statement: acquired → active, unless the lease expired by `unit.now`, its resource
    * is no longer active, or a release or break waits for it (see `activationGuard`).
    */
-  activateLease(unit: Unit, leaseId: string, resource: ResourceRow, sets: Sets, logs: LogInsert[]): Promise<LeaseRow | null>;
+  activateLease(unit: Unit, leaseId: string, resource: ResourceRow, sets: Sets, logs: LogInsert[], claim?: { workerId: string; wakeCount: number }): Promise<ActivatedLease | null>;
   /**
    * One statement: the lease is destroyed, its slot locks go, a reservation it held goes
    * back (`freed`), its resource counts one lease fewer (`left`: what it is now), and,
@@ -481,6 +491,8 @@ export interface StoreBackend {
   ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean; waiting: boolean }>;
   /** See `claimLease` in store.ts: the lease's work item claimed in `unit` if no one holds it, and the lease read. */
   claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null>;
+  /** A write of the CAS statement that records the holder's release command already consumed (only if the CAS applies). */
+  releaseWrittenConsumed(written: { data: JsonObject; author: string | null }, now: DateTime): AlsoWrite;
   /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */
   consumedWith(commandId: number, now: DateTime): AlsoWrite;
 

@@ -11,8 +11,8 @@ import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
 import { Params } from './params.js';
 import { quoteIdent, statements, type Statements } from './sql/statements.js';
-import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend, Page } from './backend.js';
-export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, IdSource, ClaimedWork, WorkRef, StoreBackend } from './backend.js';
+import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend, Page, ActivatedLease } from './backend.js';
+export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, IdSource, ClaimedWork, WorkRef, StoreBackend, ActivatedLease } from './backend.js';
 
 export function mapLease(r: Record<string, any>): LeaseRow {
   return {
@@ -880,13 +880,16 @@ export class Store implements StoreBackend {
    * One statement: acquired → active, unless the lease expired by `unit.now`, its resource
    * is no longer active, or a release or break waits for it (see `activationGuard`).
    */
-  async activateLease(unit: Unit, leaseId: string, resource: ResourceRow, sets: Sets, logs: LogInsert[]): Promise<LeaseRow | null> {
+  async activateLease(unit: Unit, leaseId: string, resource: ResourceRow, sets: Sets, logs: LogInsert[], claim?: { workerId: string; wakeCount: number }): Promise<ActivatedLease | null> {
     const result = await this.casIf(unit, 'lease', leaseId, 'acquired', 'active', sets, {
       guard: (p) => this.sql.activationGuard(p, leaseId, resource.id, toDb(unit.now)),
       logs,
       resource,
+      also: claim ? [{ name: 'finished', returning: true, sql: (p) => this.sql.activatedLeaseWork(p, claim.workerId, claim.wakeCount, toDb(unit.now)) }] : [],
     });
-    return result?.row ?? null;
+    if (!result) return null;
+    const [finished] = result.also.finished ?? [];
+    return { row: result.row, finished: finished ? { due: Boolean(finished.due), at: fromDb(finished.run_at) } : null };
   }
 
   /**
@@ -904,12 +907,11 @@ export class Store implements StoreBackend {
     claim?: { workerId: string; wakeCount: number },
     releasedBy?: ReleasedBy,
   ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean; waiting: boolean }> {
-    const now = toDb(unit.now);
     const command: AlsoWrite[] = !releasedBy
       ? []
       : 'commandId' in releasedBy
         ? [this.consumedWith(releasedBy.commandId, unit.now)]
-        : [{ name: 'consumed', sql: (p) => this.sql.consumedRelease(p, JSON.stringify(releasedBy.written.data), releasedBy.written.author, now) }];
+        : [this.releaseWrittenConsumed(releasedBy.written, unit.now)];
     const { also } = await this.casWith(unit, 'lease', leaseId, from, 'destroyed', { phase: null, phase_attempts: 0 }, {
       logs,
       ...(releasedBy ? { via: { status: 'released', logs: releasedBy.logs } } : {}),
@@ -934,6 +936,11 @@ export class Store implements StoreBackend {
           }
         : null,
     };
+  }
+
+  /** A write of the CAS statement that records the holder's release command already consumed (only if the CAS applies). */
+  releaseWrittenConsumed(written: { data: JsonObject; author: string | null }, now: DateTime): AlsoWrite {
+    return { name: 'consumed', sql: (p) => this.sql.consumedRelease(p, JSON.stringify(written.data), written.author, toDb(now)) };
   }
 
   /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */

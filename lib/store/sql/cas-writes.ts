@@ -54,6 +54,18 @@ export function casWrites(S: string) {
     // came during it (as Store.deleteWork; a wake would only find it destroyed).
     destroyedLeaseWork: (p: Params, workerId: string, wakeCount: number) => `DELETE FROM ${S}.work_items
         WHERE object_kind = 'lease' AND object_id = (SELECT id FROM upd) AND claimed_by = ${p.add(workerId)} AND wake_count = ${p.add(wakeCount)} RETURNING object_id`,
+    // The pass that activated the lease ends with it: its work item is released, due at the
+    // lease's expiry (none: parked), or at once if a wake came during the pass (as `finish`).
+    // Only while this pass still holds the claim, and only if no command waits for the lease
+    // in this statement's snapshot: then the pass goes on to consume it, still the single
+    // writer. A command committed after the snapshot wakes the item after this commits.
+    activatedLeaseWork: (p: Params, workerId: string, wakeCount: number, now: unknown) => `UPDATE ${S}.work_items w
+        SET claimed_by = NULL, claim_expires_at = NULL, attempts = 0,
+          run_at = CASE WHEN w.wake_count <> ${p.add(wakeCount)} THEN ${p.add(now)}::timestamptz ELSE (SELECT expires_at FROM upd) END,
+          chained = CASE WHEN w.wake_count <> ${p.add(wakeCount)} THEN w.chained ELSE false END
+        WHERE w.object_kind = 'lease' AND w.object_id = (SELECT id FROM upd) AND w.claimed_by = ${p.add(workerId)}
+          AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = (SELECT id FROM upd) AND c.consumed_at IS NULL)
+        RETURNING w.run_at, w.run_at IS NOT NULL AND w.run_at <= ${p.add(now)}::timestamptz AS due`,
     // A command consumed in the statement of the CAS it causes: exactly once (consumed_at IS NULL), and only if the CAS applied.
     // The holder's own release, run inline: written already consumed, only if the CAS applies.
     consumedRelease: (p: Params, data: string, author: string | null, now: unknown) =>

@@ -54,10 +54,12 @@ export function statements(schema: string, agingMs: number | null = null) {
       FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
     // The same read for the lease's holder releasing it inline: only if it can claim the
     // lease's work item now (unclaimed or its claim expired; a row another transaction
-    // locks is skipped, not waited for). No row: a worker has it, or there is none.
+    // locks is skipped, not waited for). No row: a worker has it, or there is none. The item
+    // is made due as it is claimed: if the claimer dies before its pass ends, the next worker
+    // takes it once the claim expires, not at the lease's expiry.
     claimLeaseWithCommands: `
       WITH c AS (
-        UPDATE ${S}.work_items w SET claimed_by = $2, claim_expires_at = $4
+        UPDATE ${S}.work_items w SET claimed_by = $2, claim_expires_at = $4, run_at = $3
         WHERE w.object_kind = 'lease' AND w.object_id = (
           SELECT object_id FROM ${S}.work_items
           WHERE object_kind = 'lease' AND object_id = $1 AND (claimed_by IS NULL OR claim_expires_at < $3)
