@@ -669,7 +669,7 @@ export class Store implements StoreBackend {
    * (`handOff` of the SQL) wakes it and reserves the resource.
    */
   async handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null> {
-    const [row] = await unit.sql.query(this.sql.handOff, [[type], [blueprint], toDb(unit.now), resourceId]);
+    const [row] = await unit.sql.query(this.sql.handOff, [type, [blueprint], toDb(unit.now), resourceId]);
     const next: string | null = row?.object_id ?? null;
     if (next) unit.woke = true;
     return next;
