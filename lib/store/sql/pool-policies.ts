@@ -1,3 +1,5 @@
+import { bestWaiter } from './waiters.js';
+
 /**
  * Pool policies: recycling (a resource past its blueprint's `maxResourceAge` or
  * `maxLeasesPerResourceLifetime` takes no new lease), draining (a blueprint whose
@@ -35,16 +37,9 @@ export function poolPolicyStatements(S: string, rank = 'l.priority') {
     quotaCount: `SELECT count(*)::int AS n FROM ${S}.leases l
       WHERE l.status IN ('acquired', 'active', 'released', 'broken') AND ${quotaMatch('$1', '$2', '$3')}`,
     // A lease the quota counted is gone: its best-ranked waiter looks now (SKIP LOCKED: two
-    // freed places wake two waiters).
+    // freed places wake two waiters; see bestWaiter).
     wakeQuotaWaiter: `
-      WITH next AS (
-        SELECT w.object_kind, w.object_id FROM ${S}.work_items w
-        JOIN ${S}.leases l ON l.id = w.object_id AND w.object_kind = 'lease'
-        WHERE l.status = 'pending' AND ${quotaMatch('$1', '$2', '$4')} AND (w.run_at IS NULL OR w.run_at > $3)
-        ORDER BY ${rank} DESC, l.seq
-        LIMIT 1
-        FOR UPDATE OF w SKIP LOCKED
-      )
+      WITH next AS (${bestWaiter(S, rank, quotaMatch('$1', '$2', '$4'), '(w.run_at IS NULL OR w.run_at > $3)')})
       UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), wake_count = w.wake_count + 1
       FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
       RETURNING w.object_id`,

@@ -9,6 +9,7 @@ import { authorizationStatements } from './authorizations.js';
 import { casWrites } from './cas-writes.js';
 import { poolPolicyStatements } from './pool-policies.js';
 import { queries } from './queries.js';
+import { bestWaiter } from './waiters.js';
 
 export function quoteIdent(name: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name)) throw new Error(`not a valid schema name: ${name}`);
@@ -178,20 +179,20 @@ export function statements(schema: string, agingMs: number | null = null) {
     // A wake passed on ($4-$9) goes only to leases ranked after the one that passed it and
     // asking for something else: one asking for the same (for the same authorizing owner)
     // would be refused the same.
+    // See bestWaiter for how the statement reads the waiter.
     wakeNextWaiting: (() => {
-      const waiting = (extra: string) => `
-        SELECT w.object_kind, w.object_id FROM ${S}.work_items w
-        JOIN ${S}.leases l ON l.id = w.object_id AND w.object_kind = 'lease'
-        WHERE l.status = 'pending' AND l.type = ANY($1::text[])
-          AND (l.blueprints IS NULL OR l.blueprints && $2::text[])
-          -- A lease that drives an allocation or holds a reservation waits for that one.
-          AND l.allocating_resource_id IS NULL
-          AND ($4::bigint IS NULL OR (${rank}, -l.seq) < ($5::integer, -$4::bigint))
-          AND ($6::text IS NULL OR NOT (l.type = $6 AND l.attributes = $7::jsonb AND l.blueprints IS NOT DISTINCT FROM $8::text[] AND l.authorizing_owner IS NOT DISTINCT FROM $9::text))
-          AND ${extra}
-        ORDER BY ${rank} DESC, l.seq
-        LIMIT 1
-        FOR UPDATE OF w SKIP LOCKED`;
+      const waiting = (extra: string) =>
+        bestWaiter(
+          S,
+          rank,
+          `l.type = ANY($1::text[])
+            AND (l.blueprints IS NULL OR l.blueprints && $2::text[])
+            -- A lease that drives an allocation or holds a reservation waits for that one.
+            AND l.allocating_resource_id IS NULL
+            AND ($4::bigint IS NULL OR (${rank}, -l.seq) < ($5::integer, -$4::bigint))
+            AND ($6::text IS NULL OR NOT (l.type = $6 AND l.attributes = $7::jsonb AND l.blueprints IS NOT DISTINCT FROM $8::text[] AND l.authorizing_owner IS NOT DISTINCT FROM $9::text))`,
+          extra,
+        );
       return `
       WITH first AS (${waiting('(w.run_at IS NULL OR w.run_at > $3 OR (w.claimed_by IS NOT NULL AND NOT w.chained))')}),
       second AS (${waiting('w.claimed_by IS NOT NULL AND w.chained AND NOT EXISTS (SELECT 1 FROM first)')}),
