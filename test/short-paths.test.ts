@@ -217,4 +217,29 @@ describe('the shorter paths of a blueprint without lease hooks, on the real cloc
     expect(phases.indexOf('lease.released')).toBeLessThan(phases.indexOf('lease.destroyed'));
     await broker.close();
   });
+
+  test('release({ wait: false }) is inline too: the lease is released when it returns, with its command written consumed, and destroyed by this broker', async () => {
+    const calls: string[] = [];
+    const withHooks = defineBlueprint({
+      type: 'host',
+      async allocateResource() {},
+      async releaseLease(ctx) {
+        calls.push(`releaseLease ${ctx.lease.id}`);
+      },
+    })({ name: 'hooked' });
+    const broker = await realBroker({ blueprints: [withHooks] });
+    await (await broker.acquire({ type: 'host' })).release();
+    calls.length = 0;
+    const lease = await broker.acquire({ type: 'host' });
+    await lease.release({ wait: false });
+    // Returned with the release recorded: not a command waiting for a worker, the lease released already.
+    expect(['released', 'destroyed']).toContain((await broker.leases.get(lease.id))!.status);
+    const { db, store } = internals.get(broker)!;
+    const [command] = await db.query(`SELECT created_at = consumed_at AS same, author, outcome FROM ${store.s}.commands WHERE target_id = $1`, [lease.id]);
+    expect(command).toEqual({ same: true, author: 'holder', outcome: 'applied' });
+    await until(async () => (await broker.leases.get(lease.id))!.status, (s) => s === 'destroyed', 'the destroy');
+    expect(calls).toEqual([`releaseLease ${lease.id}`]);
+    expect(await statusPath(broker, lease.id)).toBe('pending+acquired+active>released>destroyed');
+    await broker.close();
+  });
 });

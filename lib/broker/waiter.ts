@@ -112,9 +112,12 @@ export async function releaseAndWait(ctx: BrokerContext, id: string, opts?: { wa
   // Written and consumed in one transaction, or (a worker has the lease, no slot is free)
   // not at all and the command below is written; an unknown commit outcome writes it too,
   // and it is then consumed as "no effect" if the first one landed.
-  const inline = wait !== false && blueprint && ctx.engine ? await ctx.engine.releaseInline(id, blueprint, { data: { reason: 'released' }, author: 'holder' }).catch(unlessOutcomeUnknown) : null;
+  // With `wait: false` too: released inline, the release is recorded when this returns,
+  // as a written command would be, and its destroy phase runs in this broker's workers.
+  const inline = blueprint && ctx.engine ? await ctx.engine.releaseInline(id, blueprint, { data: { reason: 'released' }, author: 'holder' }).catch(unlessOutcomeUnknown) : null;
   if (inline === 'destroyed') return;
   if (wait === false) {
+    if (inline === 'released') return;
     await writeCommand(ctx, 'lease', id, 'release', { reason: 'released' }, 'holder');
     return;
   }
