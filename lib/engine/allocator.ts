@@ -75,7 +75,7 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
   const quotas = quotasFor(rt, lease);
   const noRoom = quotas.length > 0 ? await fullQuota(rt, quotas) : null;
   if (noRoom) {
-    if (lease.allocatingResourceId && (await store.resource(lease.allocatingResourceId))?.status !== 'pending') {
+    if (lease.allocatingResourceId && (await reservedResource(rt, lease))?.status !== 'pending') {
       await store.single((u) => store.forgetReservation(u, lease.id, lease.allocatingResourceId!));
       lease.allocatingResourceId = null;
       claim.chained = true;
@@ -85,7 +85,7 @@ export async function allocate(rt: Runtime, lease: LeaseRow, claim: Claim): Prom
 
   // The allocation this lease already drives comes first; while it is pending, wait for it.
   if (lease.allocatingResourceId) {
-    const driven = await store.resource(lease.allocatingResourceId);
+    const driven = await reservedResource(rt, lease);
     if (driven?.status === 'pending') return wait(rt, lease, claim, names, { list: [`waiting for resource ${driven.id} to activate`], leaseSpecific: false });
     const blueprint = driven && byName.get(driven.blueprint);
     if (driven?.status === 'active' && blueprint) {
@@ -275,6 +275,13 @@ export async function breakLease(rt: Runtime, lease: LeaseRow, reason: string): 
  * records the intent to activate it: the next step calls activateLease at once. A
  * blueprint without activateLease has the CAS go on to active.
  */
+/** The resource the lease drives or has reserved: as the pass's read of the lease found it, else read now. */
+function reservedResource(rt: Runtime, lease: LeaseRow): Promise<ResourceRow | null> | ResourceRow | null {
+  if (!lease.allocatingResourceId) return null;
+  if (lease.reserved?.id === lease.allocatingResourceId) return lease.reserved;
+  return rt.store.resource(lease.allocatingResourceId);
+}
+
 async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<'no' | LeaseStep> {
   const { store } = rt;
   const can = await leaseHook<boolean>(rt, blueprint, 'canAcquireLease', lease, true, resource);

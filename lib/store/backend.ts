@@ -47,6 +47,8 @@ export interface LeaseRow extends LeaseRecord {
   commands?: CommandRow[];
   /** Its resource as the same read found it (`Store.lease`), or null when it has none; absent from rows a write returned. */
   resource?: ResourceRow | null;
+  /** The resource it drives or has reserved (`allocatingResourceId`) as the same read found it (`Store.lease`), or null; absent from rows a write returned. */
+  reserved?: ResourceRow | null;
   /**
    * The owner whose authorization the allocator checks: the lease's own owner, or for a
    * child lease the authorizing owner of its parent resource. Null: none (never authorized).

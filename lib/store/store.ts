@@ -45,10 +45,16 @@ export function mapLease(r: Record<string, any>): LeaseRow {
   };
 }
 
-/** A lease as `leaseWithCommands` returns it: with its unconsumed commands and its resource. */
+/** A lease as `leaseWithCommands` returns it: with its unconsumed commands, its resource and the one it drives or has reserved. */
 function leaseWithCommands(r: Record<string, any>): LeaseRow {
   const commands = ((r.unconsumed ?? []) as Array<Record<string, any>>).map((c) => mapCommand({ ...c, target_kind: 'lease', target_id: r.id }));
-  return { ...mapLease(r), hasCommands: commands.length > 0, commands, resource: r.resource_row ? mapResource(r.resource_row) : null };
+  return {
+    ...mapLease(r),
+    hasCommands: commands.length > 0,
+    commands,
+    resource: r.resource_row ? mapResource(r.resource_row) : null,
+    reserved: r.reserved_row ? mapResource(r.reserved_row) : null,
+  };
 }
 
 function mapCommand(r: Record<string, any>): CommandRow {

@@ -37,10 +37,12 @@ export function statements(schema: string, agingMs: number | null = null) {
   const rank = agingMs === null ? 'l.priority' : `(l.priority + floor(extract(epoch FROM ($3::timestamptz - l.created_at)) * 1000 / ${Number(agingMs)})::integer)`;
   const policies = poolPolicyStatements(S, rank);
   // What a lease's worker reads of lease l: the row, its unconsumed commands in order (null
-  // when there are none) and its resource r's row.
+  // when there are none), its resource r's row and that of the resource it drives or has
+  // reserved (rr: the allocator's first look on a pass after a hand-off); from leaseJoins.
   const leaseRead = `l.*, (SELECT jsonb_agg(jsonb_build_object('id', cm.id, 'command', cm.command, 'data', cm.data, 'author', cm.author) ORDER BY cm.id)
                    FROM ${S}.commands cm WHERE cm.target_kind = 'lease' AND cm.target_id = l.id AND cm.consumed_at IS NULL) AS unconsumed,
-        to_jsonb(r) AS resource_row`;
+        to_jsonb(r) AS resource_row, to_jsonb(rr) AS reserved_row`;
+  const leaseJoins = `LEFT JOIN ${S}.resources r ON r.id = l.resource_id LEFT JOIN ${S}.resources rr ON rr.id = l.allocating_resource_id`;
   return {
     ...queries(S),
     ...allocationWrites(S),
@@ -52,7 +54,7 @@ export function statements(schema: string, agingMs: number | null = null) {
     // resource's row, a resource with whether commands wait for it.
     leaseWithCommands: `
       SELECT ${leaseRead}
-      FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
+      FROM ${S}.leases l ${leaseJoins} WHERE l.id = $1`,
     // The same read for the lease's holder releasing it inline: only if it can claim the
     // lease's work item now (unclaimed or its claim expired; a row another transaction
     // locks is skipped, not waited for). No row: a worker has it, or there is none. The item
@@ -67,7 +69,7 @@ export function statements(schema: string, agingMs: number | null = null) {
           FOR UPDATE SKIP LOCKED)
         RETURNING w.wake_count)
       SELECT ${leaseRead}, c.wake_count AS claimed_wake_count
-      FROM c CROSS JOIN ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
+      FROM c CROSS JOIN ${S}.leases l ${leaseJoins} WHERE l.id = $1`,
     leaseWithResource: `
       SELECT l.*, to_jsonb(r) AS resource_row FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
     // The watched leases of `lease.signal`, in one read however many there are; a plain
