@@ -220,7 +220,8 @@ export class Store implements StoreBackend {
   /**
    * In `unit`, claims the lease's work item for `workerId` if no one holds it (a row
    * another transaction locks is skipped, not waited for), and reads the lease as `lease`
-   * does. Null when it cannot be claimed now. The claim ends with the unit's writes: the
+   * does. Null when it cannot be claimed now, or a wake landed as it was claimed (the read
+   * may have missed its command). The claim ends with the unit's writes: the
    * destroy deletes the item, and a rollback undoes the claim.
    */
   async claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null> {

@@ -60,8 +60,13 @@ export function statements(schema: string, agingMs: number | null = null) {
     // locks is skipped, not waited for). No row: a worker has it, or there is none. The item
     // is made due as it is claimed: if the claimer dies before its pass ends, the next worker
     // takes it once the claim expires, not at the lease's expiry.
+    // The read sees the statement's snapshot, the claim the item's newest version: a wake
+    // committed in between (a command written just then) would be counted in the claim's
+    // wake_count but missing from the commands read, and the pass would end without it.
+    // No row then either (seen), and the release goes to the lease's worker.
     claimLeaseWithCommands: `
-      WITH c AS (
+      WITH seen AS (SELECT wake_count FROM ${S}.work_items WHERE object_kind = 'lease' AND object_id = $1),
+      c AS (
         UPDATE ${S}.work_items w SET claimed_by = $2, claim_expires_at = $4, run_at = $3
         WHERE w.object_kind = 'lease' AND w.object_id = (
           SELECT object_id FROM ${S}.work_items
@@ -69,7 +74,7 @@ export function statements(schema: string, agingMs: number | null = null) {
           FOR UPDATE SKIP LOCKED)
         RETURNING w.wake_count)
       SELECT ${leaseRead}, c.wake_count AS claimed_wake_count
-      FROM c CROSS JOIN ${S}.leases l ${leaseJoins} WHERE l.id = $1`,
+      FROM c CROSS JOIN ${S}.leases l ${leaseJoins} WHERE l.id = $1 AND c.wake_count = (SELECT wake_count FROM seen)`,
     leaseWithResource: `
       SELECT l.*, to_jsonb(r) AS resource_row FROM ${S}.leases l LEFT JOIN ${S}.resources r ON r.id = l.resource_id WHERE l.id = $1`,
     // The watched leases of `lease.signal`, in one read however many there are; a plain
