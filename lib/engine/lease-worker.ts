@@ -360,12 +360,14 @@ export async function releaseInline(
         await destroyIn(rt, u, { lease, resource, blueprint, claim: claimed, releasedBy: { written, logs: [released] } });
         return { done: 'destroyed' };
       }
-      // As the worker's consumption of the command leaves it: released, with the intent to destroy.
-      const row = await store.casLease(u, leaseId, 'active', 'released', { phase: 'destroy', phase_attempts: 1 }, {
+      // As the worker's consumption of the command leaves it: released, with the intent to
+      // destroy. A lease that moved on since the read is the worker's path again, not an error.
+      const cas = await store.casIf(u, 'lease', leaseId, 'active', 'released', { phase: 'destroy', phase_attempts: 1 }, {
         logs: [released],
         also: [store.releaseWrittenConsumed(written, u.now)],
       });
-      return { done: 'released', moved: { lease: row, resource, intent: 'destroy' }, wakeCount: claimed.wakeCount };
+      if (!cas) throw new NotInline();
+      return { done: 'released', moved: { lease: cas.row, resource, intent: 'destroy' }, wakeCount: claimed.wakeCount };
     });
   } catch (error) {
     if (error instanceof NotInline) return null;
