@@ -93,13 +93,16 @@ export function slipwayTracing(broker: Broker, options: SlipwayTracingOptions = 
   }
   if (typeof unitsOfWork !== 'boolean') throw new ValidationError('options.unitsOfWork', `must be true or false (got ${typeof unitsOfWork})`);
   if (inner.wrappers.acquire) throw new ValidationError('broker', 'is traced already: stop() its slipwayTracing first');
-  const tracer = given ?? (tracerProvider ?? api.trace.getTracerProvider()).getTracer(TRACER_NAME);
+  const provider = tracerProvider ?? api.trace.getTracerProvider();
+  const tracer = given ?? provider.getTracer(TRACER_NAME);
+  const recording = recorder(api, given === undefined ? provider : null);
 
   /** The contexts of the acquire spans in flight, by lease id: the hooks and passes of those leases are their children. */
   const acquiring = new Map<string, Context>();
   const parentOf = (leaseId: string | null) => (leaseId === null ? undefined : acquiring.get(leaseId)) ?? api.ROOT_CONTEXT;
 
   inner.wrappers.acquire = (spec, run) => {
+    if (!recording()) return run(() => undefined);
     const caller = api.context.active();
     const span = tracer.startSpan('slipway.acquire', { kind: api.SpanKind.INTERNAL, attributes: specAttributes(spec) }, caller);
     const inSpan = api.trace.setSpan(caller, span);
@@ -147,7 +150,7 @@ export function slipwayTracing(broker: Broker, options: SlipwayTracingOptions = 
       if (call.resource !== null) attributes[A.resourceId] = call.resource;
       // The code of what the hook threw (call.code), not the HookError's own.
       spanOfDone(`slipway.hook ${call.hook}`, call.durationMs, parentOf(call.lease), attributes, call.error, call.code);
-    }),
+    }, recording),
   ];
   if (unitsOfWork) {
     unsubscribe.push(
@@ -158,7 +161,7 @@ export function slipwayTracing(broker: Broker, options: SlipwayTracingOptions = 
         }
         const attributes: Attributes = { [A.workUnit]: 'pass', [A.workKind]: work.kind, [A.workOutcome]: work.outcome, [work.kind === 'lease' ? A.leaseId : A.resourceId]: work.id };
         spanOfDone('slipway.pass', work.durationMs, parentOf(work.kind === 'lease' ? work.id : null), attributes, work.error);
-      }),
+      }, recording),
     );
   }
 
@@ -171,6 +174,20 @@ export function slipwayTracing(broker: Broker, options: SlipwayTracingOptions = 
     for (const off of unsubscribe) off();
   };
   return { tracer, stop, [Symbol.asyncDispose]: async () => stop() };
+}
+
+/**
+ * Whether spans would be recorded now. False only while `provider` is the API's own
+ * no-op: the global provider (or a `ProxyTracerProvider` given) with no SDK registered
+ * behind it yet. Then `slipwayTracing` costs nothing: no span, no context, and the engine
+ * does not time its hooks and passes for it. An SDK registered later is seen at the next
+ * acquire or hook. A tracer given (null here) is taken to record.
+ */
+function recorder(api: typeof OtelApi, provider: TracerProvider | null): () => boolean {
+  if (provider === null) return () => true;
+  const noop = new api.ProxyTracerProvider().getDelegate();
+  if (provider instanceof api.ProxyTracerProvider) return () => provider.getDelegate() !== noop;
+  return () => provider !== noop;
 }
 
 /** What the caller asked for, as far as it can be read before the spec is checked (a bad spec fails the span). */

@@ -192,7 +192,7 @@ describe('slipway/tracing', () => {
     const inner = internals.get(broker)!;
     expect(inner.wrappers.acquire).toBeNull();
     expect(inner.runtime.hookObserver!()).toBeNull();
-    const { provider, spans } = sdk();
+    const { exporter, provider, spans } = sdk();
     const tracing = slipwayTracing(broker, { tracerProvider: provider, unitsOfWork: true });
     tracing.stop();
     tracing.stop();
@@ -204,13 +204,29 @@ describe('slipway/tracing', () => {
     await broker.runUntilIdle();
     expect(spans()).toEqual([]);
 
-    // The global provider with no SDK: a no-op tracer, whose spans record nothing.
-    const global = slipwayTracing(broker);
+    // The global provider with no SDK: a no-op tracer, whose spans record nothing, and
+    // nothing for the engine to time: no hook or pass observer (the cost is nil).
+    const global = slipwayTracing(broker, { unitsOfWork: true });
     expect(global.tracer.startSpan('probe').isRecording()).toBe(false);
     expect(trace.getTracerProvider().getTracer('x').startSpan('probe').isRecording()).toBe(false);
+    expect(inner.runtime.hookObserver!()).toBeNull();
+    expect(inner.runtime.workObserver!()).toBeNull();
     const second = await broker.acquire({ type: 'fake' });
     expect(second.status).toBe('active');
     await second.release();
+    // An SDK registered afterwards, as an app may do after creating its broker, is seen at the next acquire.
+    expect(trace.setGlobalTracerProvider(provider)).toBe(true);
+    try {
+      expect(inner.runtime.hookObserver!()).not.toBeNull();
+      const late = await broker.acquire({ type: 'fake' });
+      await late.release();
+      await broker.runUntilIdle();
+      expect(named(spans(), 'slipway.acquire').map((s) => s.attributes[A.leaseId])).toEqual([late.id]);
+      expect(named(spans(), 'slipway.hook acquireLease').length).toBe(1);
+    } finally {
+      trace.disable();
+    }
+    exporter.reset();
     global.stop();
 
     const again = slipwayTracing(broker, { tracerProvider: provider });

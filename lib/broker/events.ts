@@ -52,8 +52,17 @@ export class BrokerEventBus {
   constructor() {
     this.emitter.setMaxListeners(0);
   }
-  on<E extends keyof AllEvents>(event: E, listener: (payload: AllEvents[E]) => void): () => void {
+  /** Listeners that want the event only while their `wants()` says so (see `on`), by event. */
+  private readonly conditional = new Map<keyof AllEvents, Set<() => boolean>>();
+
+  /**
+   * `listener` for `event`. With `wants`, the listener counts for `listening(event)` only
+   * while `wants()` is true: `slipway/tracing` with no SDK registered wants nothing, so
+   * the engine does not work the event out for it.
+   */
+  on<E extends keyof AllEvents>(event: E, listener: (payload: AllEvents[E]) => void, wants?: () => boolean): () => void {
     const safe = (payload: AllEvents[E]) => {
+      if (wants && !wants()) return;
       try {
         listener(payload);
       } catch {
@@ -61,13 +70,26 @@ export class BrokerEventBus {
       }
     };
     this.emitter.on(event, safe);
-    return () => this.emitter.off(event, safe);
+    if (wants) {
+      let set = this.conditional.get(event);
+      if (!set) this.conditional.set(event, (set = new Set()));
+      set.add(wants);
+    }
+    return () => {
+      this.emitter.off(event, safe);
+      if (wants) this.conditional.get(event)?.delete(wants);
+    };
   }
   emit<E extends keyof AllEvents>(event: E, payload: AllEvents[E]) {
     this.emitter.emit(event, payload);
   }
   /** Whether anyone listens to `event`: what is costly to work out for it is skipped when not. */
   listening(event: keyof AllEvents): boolean {
-    return this.emitter.listenerCount(event) > 0;
+    const all = this.emitter.listenerCount(event);
+    if (all === 0) return false;
+    const conditional = this.conditional.get(event);
+    if (!conditional || conditional.size < all) return true;
+    for (const wants of conditional) if (wants()) return true;
+    return false;
   }
 }
