@@ -61,7 +61,7 @@ describe(`slipway on the ${tier} tier`, () => {
     expect((await cli(['deauthorize', '--help'])).stdout).toMatch(/^Usage: slipway decline\|deauthorize /);
     const version = await cli(['--version']);
     expect(version.stdout.trim()).toBe(JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')).version);
-  });
+  }, 120_000);
 
   test('migrate applies the migrations and prints the version; a second run has nothing to do', async () => {
     const first = await cliJson(['migrate', ...flags]);
@@ -69,7 +69,7 @@ describe(`slipway on the ${tier} tier`, () => {
     const second = await cli(['migrate', ...flags]);
     expect(second).toMatchObject({ code: 0, stderr: '' });
     expect(second.stdout).toMatch(/ is up to date: version 7 \(PoolPolicies\)\n$/);
-  });
+  }, 180_000);
 
   test('lease -- argv runs the command on the lease, streams its output, releases it and exits with its exit code', async () => {
     const attributes = join(root, 'attributes.json');
@@ -85,7 +85,7 @@ describe(`slipway on the ${tier} tier`, () => {
     const [lease] = (await cliJson<any[]>(['leases', '--status', 'all', '--owner', 'ci-7', ...flags])).filter((l) => l.id === id);
     expect(lease).toMatchObject({ id, status: 'destroyed', owner: 'ci-7', type: 'host', attributes: { job: 'job-7', slot: expect.any(Number) } });
     expect(DateTime.fromISO(lease.createdAt).isValid).toBe(true);
-  });
+  }, 120_000);
 
   test('lease --keep-alive renews a short ttl while the command runs past it', async () => {
     const result = await cli(['lease', '--type', 'host', '--ttl', '2s', '--keep-alive', '--owner', 'ci-ka', ...withConfig(), '--', 'sh', '-c', 'sleep 5; echo done'], { env });
@@ -95,7 +95,7 @@ describe(`slipway on the ${tier} tier`, () => {
     const shown = await cliJson(['show', id!, ...flags]);
     expect(shown.logs.map((l: { type: string }) => l.type)).toContain('lease.extended');
     expect(shown.logs.find((l: { type: string }) => l.type === 'lease.extended').count).toBeGreaterThanOrEqual(5);
-  });
+  }, 120_000);
 
   test('lease --count 2 holds two leases until SIGINT, then releases both; all or none when one is not active in time', async () => {
     const holder = start(['lease', '--type', 'host', '--ttl', '10m', '--count', '2', '--owner', 'ci-count', '--json', ...withConfig()]);
