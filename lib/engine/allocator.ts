@@ -268,13 +268,6 @@ export async function breakLease(rt: Runtime, lease: LeaseRow, reason: string): 
   });
 }
 
-/**
- * canAcquireLease and acquireLease (no transaction open), then one short transaction:
- * the resource row takes the lease (still active, not reserved for another, below
- * `maxLeasesPerResource`), the slot locks, and the lease's CAS to acquired, which also
- * records the intent to activate it: the next step calls activateLease at once. A
- * blueprint without activateLease has the CAS go on to active.
- */
 /** The resource the lease drives or has reserved: as the pass's read of the lease found it, else read now. */
 function reservedResource(rt: Runtime, lease: LeaseRow): Promise<ResourceRow | null> | ResourceRow | null {
   if (!lease.allocatingResourceId) return null;
@@ -282,6 +275,13 @@ function reservedResource(rt: Runtime, lease: LeaseRow): Promise<ResourceRow | n
   return rt.store.resource(lease.allocatingResourceId);
 }
 
+/**
+ * canAcquireLease and acquireLease (no transaction open), then one short transaction:
+ * the resource row takes the lease (still active, not reserved for another, below
+ * `maxLeasesPerResource`), the slot locks, and the lease's CAS to acquired, which also
+ * records the intent to activate it: the next step calls activateLease at once. A
+ * blueprint without activateLease has the CAS go on to active.
+ */
 async function tryAcquire(rt: Runtime, lease: LeaseRow, resource: ResourceRow, blueprint: Blueprint<any, any, any>, reasons: Reasons): Promise<'no' | LeaseStep> {
   const { store } = rt;
   const can = await leaseHook<boolean>(rt, blueprint, 'canAcquireLease', lease, true, resource);
