@@ -237,6 +237,29 @@ describe('slipway/tracing', () => {
     await broker.close();
   });
 
+  test('real clock, no SDK registered: cycles run with no hook or pass observer and no span; an SDK registered meanwhile gets the next acquire', async () => {
+    const broker = await realBroker({ blueprints: [fakeBlueprint({ name: 'quiet', type: 'slot' })] });
+    const inner = internals.get(broker)!;
+    const tracing = slipwayTracing(broker, { unitsOfWork: true });
+    for (let i = 0; i < 3; i++) {
+      const lease = await broker.acquire({ type: 'slot' });
+      expect(inner.runtime.hookObserver!()).toBeNull();
+      expect(inner.runtime.workObserver!()).toBeNull();
+      await lease.release();
+    }
+    const { provider, spans } = sdk();
+    expect(trace.setGlobalTracerProvider(provider)).toBe(true);
+    try {
+      const lease = await broker.acquire({ type: 'slot' });
+      await lease.release();
+      expect(named(spans(), 'slipway.acquire').map((s) => s.attributes[A.leaseId])).toEqual([lease.id]);
+    } finally {
+      trace.disable();
+      tracing.stop();
+      await broker.close();
+    }
+  });
+
   test('bad options are a ValidationError naming the field; a second tracer on one broker is refused', async () => {
     const broker = await testBroker({ blueprints: [fakeBlueprint()] });
     const { provider } = sdk();
