@@ -4,6 +4,7 @@ import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { startCuttingProxy } from './helpers/cutting-proxy.js';
+import { channelFor, decodeHint, Listener, type Hint } from '../lib/store/notifier.js';
 import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
 
@@ -67,6 +68,109 @@ describeOnPostgres('wake-ups across brokers (LISTEN/NOTIFY)', () => {
     await lease.release();
     await a.close();
     await b.close();
+  }, 60_000);
+});
+
+/** A plain LISTEN client on a schema's channel (no broker): every NOTIFY sent there, decoded. */
+async function overhear(schema: string) {
+  const client = new pg.Client({ connectionString: tierUrl! });
+  const heard: Hint[] = [];
+  client.on('notification', (m) => heard.push(decodeHint(m.payload)!));
+  await client.connect();
+  await client.query(`LISTEN "${channelFor(schema)}"`);
+  const notPresence = (from: string) => heard.filter((h) => h.from === from && (h.work || h.leases === null || h.leases.length > 0));
+  return { heard, notPresence, close: () => client.end() };
+}
+
+const until = async (what: string, done: () => boolean, ms = 10_000) => {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`not in ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+};
+
+describeOnPostgres('a hint is sent only when another broker listens', () => {
+  test('alone, a broker sends only its presence; one that appears is caught up at once and then hears every hint; once it is gone, hints stop', async () => {
+    const schema = freshSchema('presence');
+    const channel = channelFor(schema);
+    const observer = await overhear(schema);
+    const received: Hint[] = [];
+    const listener = (self: string, onHint: (h: Hint) => void) =>
+      new Listener({ url: tierUrl!, channel, applicationName: 'slipway-test', self, presenceMs: 200, onHint, onConnected: () => undefined, onLost: () => undefined });
+    const a = listener('a', () => undefined);
+    try {
+      await a.start();
+      await until('a says it listens', () => observer.heard.some((h) => h.from === 'a'));
+      // Past its first presence period with nobody heard: a is alone, and keeps its hints.
+      await new Promise((r) => setTimeout(r, 400));
+      a.send({ from: 'a', work: true, leases: ['lease-1'] });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(observer.notPresence('a')).toEqual([]);
+
+      const b = listener('b', (h) => received.push(h));
+      await b.start();
+      // b's presence reaches a, which sends b a catch-up: look at everything (covers lease-1, kept before).
+      await until('b caught up', () => received.some((h) => h.from === 'a' && h.work && h.leases === null));
+      a.send({ from: 'a', work: false, leases: ['lease-2'] });
+      await until('b hears lease-2', () => received.some((h) => h.leases?.includes('lease-2') ?? false));
+      // Presence-only hints never reach a broker's handler.
+      expect(received.every((h) => h.work || h.leases === null || h.leases.length > 0)).toBe(true);
+      // b sent its presence, and a heard it, at least every 200 ms while it lived.
+      await new Promise((r) => setTimeout(r, 500));
+      expect(observer.heard.filter((h) => h.from === 'b').length).toBeGreaterThanOrEqual(2);
+
+      await b.stop();
+      await new Promise((r) => setTimeout(r, 800));
+      const before = observer.notPresence('a').length;
+      a.send({ from: 'a', work: true, leases: ['lease-3'] });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(observer.notPresence('a').length).toBe(before);
+    } finally {
+      await a.stop();
+      await observer.close();
+    }
+  }, 30_000);
+
+  test('brokers on the real clock: one alone sends no NOTIFY for its lease cycles; a second one that starts later is woken by its release at once', async () => {
+    const schema = freshSchema('alone');
+    const observer = await overhear(schema);
+    const options = (): BrokerOptions => ({
+      ...SLOW,
+      database: { url: tierUrl!, schema },
+      blueprints: [fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } })],
+    });
+    try {
+      const b = track(await createBroker(options()));
+      await until('the broker says it listens', () => observer.heard.length > 0);
+      const self = observer.heard[0]!.from;
+      // A second after it started, with nobody heard, b is alone.
+      await new Promise((r) => setTimeout(r, 1_500));
+      const before = observer.notPresence(self).length;
+      for (let i = 0; i < 3; i++) await (await b.acquire({ type: 'fake' })).release();
+      const held = await b.acquire({ type: 'fake', timeout: { seconds: 20 } });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(observer.notPresence(self).length).toBe(before);
+
+      const a = track(await createBroker(options()));
+      const waiting = await a.requestLease({ type: 'fake' });
+      const deadline = Date.now() + 10_000;
+      while ((await a.logs({ lease: waiting.id, type: 'lease.waiting-for-resources' })).length === 0) {
+        if (Date.now() > deadline) throw new Error('the lease never started waiting');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const released = Date.now();
+      await held.release();
+      const lease = await waiting.whenActive({ timeout: { seconds: 10 } });
+      // Far below the 60 s sweep and recheck: b heard a and told it of the release.
+      expect(Date.now() - released).toBeLessThan(3_000);
+      expect(observer.notPresence(self).length).toBeGreaterThan(before);
+      await lease.release();
+      await a.close();
+      await b.close();
+    } finally {
+      await observer.close();
+    }
   }, 60_000);
 });
 

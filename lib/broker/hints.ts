@@ -19,8 +19,8 @@ export async function listenForHints(ctx: BrokerContext, workerId: string, logge
     url: url as ConstructorParameters<typeof Listener>[0]['url'],
     channel: channelFor(ctx.store.db.schema),
     applicationName: ('applicationName' in database ? database.applicationName : undefined) ?? 'slipway',
+    self: workerId,
     onHint(hint) {
-      if (hint.from === workerId) return;
       ctx.leaseHints.emit(ANY_HINT);
       if (hint.work) ctx.engine?.poke();
       if (hint.leases === null) ctx.leaseHints.emit('*');

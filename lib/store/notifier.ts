@@ -39,11 +39,22 @@ export function decodeHint(payload: string | undefined): Hint | null {
   }
 }
 
+/** A hint that says only "this broker listens here": no work, no lease. */
+const isPresence = (hint: Hint) => !hint.work && hint.leases !== null && hint.leases.length === 0;
+
 export interface ListenerOptions {
   /** A connection string, or pg's client options (those of a host app's DataSource). */
   url: string | pg.ClientConfig;
   channel: string;
   applicationName: string;
+  /** This broker's workerId: its hints come back to it, and are not another broker's. */
+  self: string;
+  /**
+   * How often a broker says it listens, when it has sent nothing else for that long; a broker
+   * that heard no other one for 3 periods sends no hint until it hears one. @defaultValue 5000
+   */
+  presenceMs?: number;
+  /** A hint from another broker (never a presence-only one). */
   onHint(hint: Hint): void;
   /** After every (re)connect: notifications sent while disconnected are gone, so look at everything. */
   onConnected(again: boolean): void;
@@ -54,16 +65,32 @@ export interface ListenerOptions {
  * LISTEN on one dedicated connection (a pooled connection cannot hold a LISTEN).
  * When it drops it reconnects with capped exponential backoff; the periodic sweep
  * covers the gap. Hints only make brokers look sooner: the work itself is rows.
+ *
+ * A hint nobody hears is not sent. Every broker says it listens (a presence hint) when it
+ * connects and whenever it has sent nothing for `presenceMs`, so a broker that heard no
+ * other one for three of those periods (or since it connected) is alone on the schema,
+ * and keeps its hints. A broker heard anew (it started, or was silent that long) is sent
+ * a catch-up hint, "look at everything", which covers whatever was kept from it; the
+ * catch-up is itself heard anew by the one that just started, so the two meet at once.
  */
 export class Listener {
   private client: pg.Client | null = null;
   private stopped = false;
   private timer: NodeJS.Timeout | undefined;
+  private presenceTimer: NodeJS.Timeout | undefined;
   private delay = 100;
   private connectedOnce = false;
   private ready: Promise<void> | undefined;
+  private readonly presenceMs: number;
+  /** When each other broker was last heard, by workerId (real time: presence is about processes, not the broker's clock). */
+  private readonly heard = new Map<string, number>();
+  /** Until then, hints are sent even if no broker was heard: one may listen that has not spoken yet. */
+  private assumeOthersUntil = 0;
+  private lastSentAt = 0;
 
-  constructor(private readonly options: ListenerOptions) {}
+  constructor(private readonly options: ListenerOptions) {
+    this.presenceMs = options.presenceMs ?? 5_000;
+  }
 
   /** Connects the first time; resolves once listening (or after the first failure, with retries scheduled). */
   start(): Promise<void> {
@@ -94,7 +121,7 @@ export class Listener {
     client.on('notification', (message) => {
       if (message.channel !== this.options.channel) return;
       const hint = decodeHint(message.payload);
-      if (hint) this.options.onHint(hint);
+      if (hint && hint.from !== this.options.self) this.hear(hint);
     });
     try {
       await client.connect();
@@ -111,7 +138,40 @@ export class Listener {
     this.delay = 100;
     const again = this.connectedOnce;
     this.connectedOnce = true;
+    // The others answer this presence at once (a catch-up, as to any broker they hear anew);
+    // until a second has passed, assume they listen. One that answers later is sent a catch-up
+    // in turn, which covers what was kept from it.
+    this.assumeOthersUntil = Date.now() + Math.min(1_000, this.presenceMs);
+    this.sayPresent();
+    this.presenceTimer ??= setInterval(() => {
+      if (Date.now() - this.lastSentAt >= this.presenceMs) this.sayPresent();
+    }, this.presenceMs);
+    this.presenceTimer.unref();
     this.options.onConnected(again);
+  }
+
+  private hear(hint: Hint): void {
+    const now = Date.now();
+    const last = this.heard.get(hint.from);
+    this.heard.set(hint.from, now);
+    // New, or silent long enough that hints were kept from it: it catches up on everything.
+    if (last === undefined || now - last > 3 * this.presenceMs) this.queue({ from: this.options.self, work: true, leases: null });
+    if (!isPresence(hint)) this.options.onHint(hint);
+  }
+
+  /** Whether another broker may listen: one was heard within three presence periods, or this one connected lately. */
+  private othersListen(): boolean {
+    const now = Date.now();
+    if (now < this.assumeOthersUntil) return true;
+    for (const [from, at] of this.heard) {
+      if (now - at <= 3 * this.presenceMs) return true;
+      this.heard.delete(from);
+    }
+    return false;
+  }
+
+  private sayPresent(): void {
+    this.queue({ from: this.options.self, work: false, leases: [] });
   }
 
   private pending: Hint | null = null;
@@ -123,8 +183,13 @@ export class Listener {
    * given while one is on its way are merged into the next, so a busy broker sends
    * one NOTIFY per round trip, not one per commit. While the connection is down hints
    * are dropped: they only make brokers look sooner, and the sweep covers the gap.
+   * With no other broker listening, nothing is sent (see the class).
    */
   send(hint: Hint): void {
+    if (this.othersListen()) this.queue(hint);
+  }
+
+  private queue(hint: Hint): void {
     this.pending = this.pending ? mergeHints(this.pending, hint) : hint;
     if (!this.sending) void this.flush();
   }
@@ -137,6 +202,7 @@ export class Listener {
         this.pending = null;
         const client = this.client;
         if (!client || this.stopped) continue;
+        this.lastSentAt = Date.now();
         // A failure here is the connection's: its error handler reconnects.
         await client.query('SELECT pg_notify($1, $2)', [this.options.channel, encodeHint(hint)]).catch(() => undefined);
       }
@@ -152,6 +218,7 @@ export class Listener {
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    clearInterval(this.presenceTimer);
     const client = this.client;
     this.client = null;
     if (client) {
