@@ -98,7 +98,8 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
     const received: Hint[] = [];
     const listener = (self: string, onHint: (h: Hint) => void) =>
       new Listener({ url: tierUrl!, channel, applicationName: 'slipway-test', self, presenceMs: 200, onHint, onConnected: () => undefined, onLost: () => undefined });
-    const a = listener('a', () => undefined);
+    const toA: Hint[] = [];
+    const a = listener('a', (h) => toA.push(h));
     try {
       await a.start();
       await until('a says it listens', () => observer.heard.some((h) => h.from === 'a'));
@@ -112,6 +113,8 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
       await b.start();
       // b's presence reaches a, which sends b a catch-up: look at everything (covers lease-1, kept before).
       await until('b caught up', () => received.some((h) => h.from === 'a' && h.work && h.leases === null));
+      // And b, hearing a for the first time, catches a up in turn: what b kept before a answered is covered.
+      await until('a caught up', () => toA.some((h) => h.from === 'b' && h.work && h.leases === null));
       a.send({ from: 'a', work: false, leases: ['lease-2'] });
       await until('b hears lease-2', () => received.some((h) => h.leases?.includes('lease-2') ?? false));
       // Presence-only hints never reach a broker's handler.

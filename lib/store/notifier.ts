@@ -68,10 +68,11 @@ export interface ListenerOptions {
  *
  * A hint nobody hears is not sent. Every broker says it listens (a presence hint) when it
  * connects and whenever it has sent nothing for `presenceMs`, so a broker that heard no
- * other one for three of those periods (or since it connected) is alone on the schema,
- * and keeps its hints. A broker heard anew (it started, or was silent that long) is sent
- * a catch-up hint, "look at everything", which covers whatever was kept from it; the
- * catch-up is itself heard anew by the one that just started, so the two meet at once.
+ * other one for three of those periods is alone on the schema, and keeps its hints. A
+ * broker heard anew (it started, or was silent that long) is sent a catch-up hint, "look
+ * at everything", which covers whatever was kept from it. The others answer a broker that
+ * starts that way at once, and it hears each of them anew in turn, so what it kept before
+ * their answers came is covered too.
  */
 export class Listener {
   private client: pg.Client | null = null;
@@ -84,8 +85,6 @@ export class Listener {
   private readonly presenceMs: number;
   /** When each other broker was last heard, by workerId (real time: presence is about processes, not the broker's clock). */
   private readonly heard = new Map<string, number>();
-  /** Until then, hints are sent even if no broker was heard: one may listen that has not spoken yet. */
-  private assumeOthersUntil = 0;
   private lastSentAt = 0;
 
   constructor(private readonly options: ListenerOptions) {
@@ -138,10 +137,6 @@ export class Listener {
     this.delay = 100;
     const again = this.connectedOnce;
     this.connectedOnce = true;
-    // The others answer this presence at once (a catch-up, as to any broker they hear anew);
-    // until a second has passed, assume they listen. One that answers later is sent a catch-up
-    // in turn, which covers what was kept from it.
-    this.assumeOthersUntil = Date.now() + Math.min(1_000, this.presenceMs);
     this.sayPresent();
     this.presenceTimer ??= setInterval(() => {
       if (Date.now() - this.lastSentAt >= this.presenceMs) this.sayPresent();
@@ -159,10 +154,9 @@ export class Listener {
     if (!isPresence(hint)) this.options.onHint(hint);
   }
 
-  /** Whether another broker may listen: one was heard within three presence periods, or this one connected lately. */
+  /** Whether another broker may listen: one was heard within three presence periods. */
   private othersListen(): boolean {
     const now = Date.now();
-    if (now < this.assumeOthersUntil) return true;
     for (const [from, at] of this.heard) {
       if (now - at <= 3 * this.presenceMs) return true;
       this.heard.delete(from);
