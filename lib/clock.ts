@@ -1,4 +1,5 @@
-import { DateTime } from 'luxon';
+import type { DateTime } from 'luxon';
+import { utcMillis } from './time.js';
 
 /**
  * The one source of time. Expiry, backoff, claim expiry and scheduled work all read
@@ -14,7 +15,7 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
 /** The wall clock, in UTC. */
 export const systemClock: Clock = {
-  now: () => DateTime.utc(),
+  now: () => utcMillis(Date.now()),
   schedule(at, fn) {
     let timer: NodeJS.Timeout | undefined;
     let cancelled = false;

@@ -1,4 +1,4 @@
-import { DateTime, Duration, type DurationLike } from 'luxon';
+import { DateTime, Duration, FixedOffsetZone, type DurationLike } from 'luxon';
 import { ValidationError } from './errors/validation-error.js';
 import { describeValue, isPlainObject } from './values.js';
 
@@ -39,10 +39,38 @@ export function parseDateTime(value: unknown, field: string): DateTime {
   return at.toUTC();
 }
 
-/** Postgres hands back Date objects for timestamptz; the engine works in luxon. */
+const UTC = FixedOffsetZone.utcInstance;
+
+/** A moment in UTC from epoch milliseconds: the cheapest DateTime luxon makes. */
+export function utcMillis(ms: number): DateTime {
+  return DateTime.fromMillis(ms, { zone: UTC });
+}
+
+/** Ends with Z or a numeric offset: Postgres writes one on every timestamptz, in text and in JSON. */
+const WITH_OFFSET = /(?:Z|[+-]\d\d(?::?\d\d)?)$/;
+
+/**
+ * Postgres hands back Date objects for timestamptz, and ISO strings inside JSON (a row read
+ * with another as JSON); the engine works in luxon, in UTC. Every timestamp of every row read
+ * comes through here, so it takes the cheap road: a DateTime made in UTC at once (one made
+ * in the local zone and moved to UTC costs eight times as much), and the runtime's own
+ * parser for a string with its offset (luxon's is a tenth of the fastest bench's cycle).
+ */
 export function fromDb(value: Date | string | null | undefined): DateTime | null {
   if (value === null || value === undefined) return null;
-  return (value instanceof Date ? DateTime.fromJSDate(value) : DateTime.fromISO(value)).toUTC();
+  if (value instanceof Date) return utcMillis(value.getTime());
+  const ms = WITH_OFFSET.test(value) ? Date.parse(value) : NaN;
+  return Number.isNaN(ms) ? DateTime.fromISO(value, { zone: UTC }) : utcMillis(ms);
+}
+
+/**
+ * `at` plus `duration`, as luxon's `plus`, without its calendar arithmetic where none is
+ * needed: a moment in UTC and a duration with no months or years (a day in UTC is always
+ * 24 hours). Hot: every claim, hook call and lease pass schedules something.
+ */
+export function after(at: DateTime, duration: Duration): DateTime {
+  if (at.offset === 0 && at.zone.isUniversal && duration.years === 0 && duration.quarters === 0 && duration.months === 0) return utcMillis(at.toMillis() + duration.toMillis());
+  return at.plus(duration);
 }
 
 export function toDb(value: DateTime | null | undefined): string | null {

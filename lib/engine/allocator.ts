@@ -1,3 +1,4 @@
+import { after } from '../time.js';
 import type { Blueprint } from '../blueprint/contract.js';
 import { NoBlueprintError } from '../errors/no-blueprint-error.js';
 import type { DateTime } from 'luxon';
@@ -254,7 +255,7 @@ export async function hookTrouble(rt: Runtime, lease: LeaseRow, result: HookFail
     await store.single((u) => store.log(u, { type: 'hook.retry-later', data: { hook: 'allocator', reason: result.reason, retryAt: result.at.toISO()! }, lease: lease.id }));
     return at(result.at);
   }
-  if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
+  if (result.kind === 'child') return at(after(rt.clock.now(), rt.waitRecheck));
   await store.single((u) => store.log(u, hookFailureLog(result.error, { lease: lease.id })));
   await breakLease(rt, lease, result.error.message);
   return REREAD;
@@ -534,7 +535,7 @@ async function wait(rt: Runtime, lease: LeaseRow, claim: Claim, names: string[],
 
 /** When a waiting lease looks again if nothing wakes it: after `waitRecheck`, or sooner at a backoff's end, its deadline or its expiry. */
 function recheckAt(rt: Runtime, lease: LeaseRow, retryAt?: DateTime): DateTime {
-  let next = rt.clock.now().plus(rt.waitRecheck);
+  let next = after(rt.clock.now(), rt.waitRecheck);
   if (retryAt && retryAt < next) next = retryAt;
   if (lease.deadlineAt && lease.deadlineAt < next) next = lease.deadlineAt;
   if (lease.expiresAt && lease.expiresAt < next) next = lease.expiresAt;

@@ -1,3 +1,4 @@
+import { after } from '../time.js';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import PQueue from 'p-queue';
 import { Duration, type DateTime } from 'luxon';
@@ -154,7 +155,7 @@ export class Engine {
       const { store, clock, workerId } = this.rt;
       const now = clock.now();
       const observe = this.rt.workObserver?.();
-      const claiming = store.claimWork(now, free, workerId, [...this.inflight.keys()], now.plus(this.options.claimTtl));
+      const claiming = store.claimWork(now, free, workerId, [...this.inflight.keys()], after(now, this.options.claimTtl));
       if (observe) {
         claiming.then(
           (rows) => observe({ unit: 'claim', durationMs: Math.max(0, clock.now().toMillis() - now.toMillis()), claimed: rows.length, error: null }),
@@ -193,7 +194,7 @@ export class Engine {
       const item = await handed;
       if (item) await this.run(item);
     });
-    return { worker: this.rt.workerId, until: this.rt.clock.now().plus(this.options.claimTtl) };
+    return { worker: this.rt.workerId, until: after(this.rt.clock.now(), this.options.claimTtl) };
   }
 
   /**
@@ -206,7 +207,7 @@ export class Engine {
     const reserve = () => (reserved = this.reserve() !== null);
     let result: InlineRelease;
     try {
-      result = await releaseInline(this.rt, leaseId, blueprint, written, this.rt.clock.now().plus(this.options.claimTtl), reserve);
+      result = await releaseInline(this.rt, leaseId, blueprint, written, after(this.rt.clock.now(), this.options.claimTtl), reserve);
     } catch (error) {
       if (reserved) this.unreserve();
       throw error;
@@ -327,7 +328,7 @@ export class Engine {
     if (this.inflight.size === 0 || this.halted) return;
     const { store, clock, workerId } = this.rt;
     try {
-      await store.heartbeat([...this.inflight.keys()], workerId, clock.now().plus(this.options.claimTtl));
+      await store.heartbeat([...this.inflight.keys()], workerId, after(clock.now(), this.options.claimTtl));
     } catch (error) {
       this.rt.logger.warn({ err: error }, 'slipway: heartbeat failed');
     }

@@ -1,3 +1,4 @@
+import { after } from '../time.js';
 import type { DateTime } from 'luxon';
 import type { Blueprint, LeaseView, ResourceView } from '../blueprint/contract.js';
 import { normalizeTimeouts, type HookName } from '../blueprint/timeouts.js';
@@ -54,7 +55,7 @@ async function runHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook
   const deadline = new AbortController();
   let cancel: (() => void) | undefined;
   const timedOut = new Promise<never>((_, reject) => {
-    cancel = rt.clock.schedule(rt.clock.now().plus(timeout), () => {
+    cancel = rt.clock.schedule(after(rt.clock.now(), timeout), () => {
       const error = new HookTimeoutError(blueprint.name, hook, timeout);
       deadline.abort(error);
       reject(error);

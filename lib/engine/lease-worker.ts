@@ -2,7 +2,7 @@ import type { DateTime } from 'luxon';
 import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
 import type { LeaseRow, ReleasedBy, ResourceRow, Unit } from '../store/store.js';
-import { humanDuration } from '../time.js';
+import { after, humanDuration } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
 import { crashPoint } from './crash-points.js';
@@ -197,7 +197,7 @@ async function activate(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: 
       });
       return at(result.at);
     }
-    if (result.kind === 'child') return at(rt.clock.now().plus(rt.waitRecheck));
+    if (result.kind === 'child') return at(after(rt.clock.now(), rt.waitRecheck));
     await store.single((u) => store.log(u, hookFailureLog(result.error, { lease: lease.id, resource: resource.id })));
     await breakLease(rt, { ...lease, status: 'acquired' }, result.error.message);
     return REREAD;
@@ -236,7 +236,7 @@ async function destroy(rt: Runtime, lease: LeaseRow, claim: LeaseClaim, moved: L
   const blueprint = blueprintOf(rt, resource);
   if (resource && !blueprint) {
     // Another broker registers this blueprint; without it this one cannot run its hooks.
-    return at(rt.clock.now().plus(rt.waitRecheck), claim.attempts);
+    return at(after(rt.clock.now(), rt.waitRecheck), claim.attempts);
   }
   if (resource && blueprint) {
     // A release recorded the intent to destroy with its own CAS; a later pass finds it.

@@ -1,3 +1,4 @@
+import { after } from '../time.js';
 import { DateTime } from 'luxon';
 import { SlotRequest } from './slot-choice.js';
 import type { Blueprint } from '../blueprint/contract.js';
@@ -34,7 +35,7 @@ export async function processResource(rt: Runtime, claim: ResourceClaim): Promis
       continue;
     }
     const blueprint = rt.blueprints.get(resource.blueprint);
-    if (!blueprint) return at(rt.clock.now().plus(rt.waitRecheck), claim.attempts);
+    if (!blueprint) return at(after(rt.clock.now(), rt.waitRecheck), claim.attempts);
     switch (resource.status) {
       case 'pending': {
         const result = await build(rt, resource, blueprint, claim);

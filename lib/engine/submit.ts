@@ -1,3 +1,4 @@
+import { after } from '../time.js';
 import type { NormalizedSpec } from '../model/spec.js';
 import { unlessOutcomeUnknown, writeAgainIfUnknown } from '../store/db.js';
 import type { LeaseRow, NewLease } from '../store/store.js';
@@ -36,8 +37,8 @@ export async function submitLease(rt: Runtime, engine: Engine | null, spec: Norm
     blueprints: spec.blueprints,
     owner: spec.owner,
     priority: spec.priority,
-    expiresAt: spec.ttl ? now.plus(spec.ttl) : spec.until,
-    deadlineAt: spec.timeout ? now.plus(spec.timeout) : null,
+    expiresAt: spec.ttl ? after(now, spec.ttl) : spec.until,
+    deadlineAt: spec.timeout ? after(now, spec.timeout) : null,
     parentResourceId: origin.parentResourceId ?? null,
     childKey: origin.childKey ?? null,
   };
