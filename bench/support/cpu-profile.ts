@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 
 /**
@@ -38,6 +39,8 @@ export async function profileCpu(seconds: number, during: (stopAt: number) => Pr
   const { profile } = await session.post('Profiler.stop');
   const wallS = (performance.now() - started) / 1000;
   session.disconnect();
+  // The whole profile, for Chrome's DevTools or a script that walks the callers: SLIPWAY_BENCH_CPUPROFILE=file.
+  if (process.env.SLIPWAY_BENCH_CPUPROFILE) writeFileSync(process.env.SLIPWAY_BENCH_CPUPROFILE, JSON.stringify(profile));
 
   const byNode = new Map<number, { fn: string; where: string; area: string }>();
   for (const node of profile.nodes) {
