@@ -26,7 +26,11 @@ describe('a lease that expires while activateLease runs', () => {
     const error = (outcome as { error: LeaseBrokenError }).error;
     expect(error).toBeInstanceOf(LeaseBrokenError);
     expect(error.message).toMatch(/expired/);
-    expect(outcome.at - started).toBeGreaterThanOrEqual(700);
+    if (outcome.at - started < 700) {
+      // Seen once under load (567 ms), not reproduced: the broker's log says which way it went.
+      const log = (await broker.logs({})).map((e) => `+${e.at.toMillis() - started} ms ${e.type} ${e.lease ?? ''} ${e.resource ?? ''} ${e.message}`);
+      throw new Error(`acquire() settled after ${outcome.at - started} ms, before activateLease (800 ms) could end:\n${log.join('\n')}`);
+    }
     const row = await broker.leases.get(error.leaseId);
     expect(['released', 'destroyed']).toContain(row!.status);
     expect((await broker.logs({ lease: error.leaseId, type: 'lease.activated' })).length).toBe(0);
