@@ -115,6 +115,18 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
       await until('b caught up', () => received.some((h) => h.from === 'a' && h.work && h.leases === null));
       // And b, hearing a for the first time, catches a up in turn: what b kept before a answered is covered.
       await until('a caught up', () => toA.some((h) => h.from === 'b' && h.work && h.leases === null));
+      // Each catch-up is addressed to the broker just heard: a third one takes both as presence.
+      expect(observer.heard.filter((h) => h.work && h.leases === null).map((h) => [h.from, h.to])).toEqual(expect.arrayContaining([['a', ['b']], ['b', ['a']]]));
+      const toC: Hint[] = [];
+      const c = listener('c', (h) => toC.push(h));
+      await c.start();
+      await until('a and b catch c up', () => toC.filter((h) => h.to?.includes('c')).length >= 2);
+      await new Promise((r) => setTimeout(r, 300));
+      // c's catch-ups of a and b reached neither's handler... and theirs for c reached only c.
+      expect(received.filter((h) => h.from === 'c' && h.to && !h.to.includes('b'))).toEqual([]);
+      expect(toC.every((h) => !h.to || h.to.includes('c'))).toBe(true);
+      expect(received.some((h) => h.from === 'a' && h.to?.includes('c'))).toBe(false);
+      await c.stop();
       a.send({ from: 'a', work: false, leases: ['lease-2'] });
       await until('b hears lease-2', () => received.some((h) => h.leases?.includes('lease-2') ?? false));
       // Presence-only hints never reach a broker's handler.

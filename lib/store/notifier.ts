@@ -9,6 +9,8 @@ export interface Hint {
   work: boolean;
   /** Leases whose status changed; `null` when there were too many to list (look at every watched lease). */
   leases: string[] | null;
+  /** Only for these brokers (a catch-up for those just heard); the others take it as presence. */
+  to?: string[];
 }
 
 /** Postgres caps a NOTIFY payload at 8000 bytes; stay well under it. */
@@ -21,26 +23,32 @@ export function channelFor(schema: string): string {
 }
 
 export function encodeHint(hint: Hint): string {
-  const full = JSON.stringify({ f: hint.from, w: hint.work ? 1 : 0, l: hint.leases });
+  const full = JSON.stringify({ f: hint.from, w: hint.work ? 1 : 0, l: hint.leases, t: hint.to });
+  // Too long: "look at everything", for everyone.
   return Buffer.byteLength(full) <= MAX_PAYLOAD ? full : JSON.stringify({ f: hint.from, w: hint.work ? 1 : 0, l: null });
 }
 
+/** A hint that says only "this broker listens here": no work, no lease. */
+const isPresence = (hint: Hint) => !hint.work && hint.leases !== null && hint.leases.length === 0 && !hint.to;
+
 function mergeHints(a: Hint, b: Hint): Hint {
+  // Any hint says its sender listens.
+  if (isPresence(a)) return b;
+  if (isPresence(b)) return a;
   const leases = a.leases === null || b.leases === null ? null : [...new Set([...a.leases, ...b.leases])];
-  return { from: a.from, work: a.work || b.work, leases };
+  // Two catch-ups go to both brokers' lists; a catch-up merged with a hint for everyone goes to everyone.
+  const to = a.to && b.to ? [...new Set([...a.to, ...b.to])] : undefined;
+  return { from: a.from, work: a.work || b.work, leases, ...(to && { to }) };
 }
 
 export function decodeHint(payload: string | undefined): Hint | null {
   try {
     const p = JSON.parse(payload ?? '');
-    return { from: String(p.f), work: p.w === 1, leases: Array.isArray(p.l) ? p.l.map(String) : null };
+    return { from: String(p.f), work: p.w === 1, leases: Array.isArray(p.l) ? p.l.map(String) : null, ...(Array.isArray(p.t) && { to: p.t.map(String) }) };
   } catch {
     return null;
   }
 }
-
-/** A hint that says only "this broker listens here": no work, no lease. */
-const isPresence = (hint: Hint) => !hint.work && hint.leases !== null && hint.leases.length === 0;
 
 export interface ListenerOptions {
   /** A connection string, or pg's client options (those of a host app's DataSource). */
@@ -54,7 +62,7 @@ export interface ListenerOptions {
    * that heard no other one for 3 periods sends no hint until it hears one. @defaultValue 5000
    */
   presenceMs?: number;
-  /** A hint from another broker (never a presence-only one). */
+  /** A hint from another broker for this one (never a presence-only one). */
   onHint(hint: Hint): void;
   /** After every (re)connect: notifications sent while disconnected are gone, so look at everything. */
   onConnected(again: boolean): void;
@@ -70,9 +78,9 @@ export interface ListenerOptions {
  * connects and whenever it has sent nothing for `presenceMs`, so a broker that heard no
  * other one for three of those periods is alone on the schema, and keeps its hints. A
  * broker heard anew (it started, or was silent that long) is sent a catch-up hint, "look
- * at everything", which covers whatever was kept from it. The others answer a broker that
- * starts that way at once, and it hears each of them anew in turn, so what it kept before
- * their answers came is covered too.
+ * at everything", addressed to it alone, which covers whatever was kept from it. The
+ * others answer a broker that starts that way at once, and it hears each of them anew in
+ * turn, so what it kept before their answers came is covered too.
  */
 export class Listener {
   private client: pg.Client | null = null;
@@ -150,8 +158,9 @@ export class Listener {
     const last = this.heard.get(hint.from);
     this.heard.set(hint.from, now);
     // New, or silent long enough that hints were kept from it: it catches up on everything.
-    if (last === undefined || now - last > 3 * this.presenceMs) this.queue({ from: this.options.self, work: true, leases: null });
-    if (!isPresence(hint)) this.options.onHint(hint);
+    if (last === undefined || now - last > 3 * this.presenceMs) this.queue({ from: this.options.self, work: true, leases: null, to: [hint.from] });
+    // A catch-up for other brokers says only that its sender listens.
+    if (!isPresence(hint) && (!hint.to || hint.to.includes(this.options.self))) this.options.onHint(hint);
   }
 
   /** Whether another broker may listen: one was heard within three presence periods. */
