@@ -1,7 +1,8 @@
 import { LeaseBrokenError } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
-import { gate, pump, settle } from './helpers/pump.js';
+import { until } from './helpers/dashboard.js';
+import { gate, pump } from './helpers/pump.js';
 
 guardBrokers();
 
@@ -260,11 +261,15 @@ describe('one allocation in flight per pending lease', () => {
     const broker = await testBroker({ blueprints: [bp], waitRecheck: { seconds: 1 } });
     const handle = await broker.requestLease({ type: 'fake' });
     // the hook blocks, so runUntilIdle would never return: let the workers run on real time and move the clock by hand
-    await settle(300);
+    await until('the allocation to start', () => bp.calls.allocateResource >= 1);
     expect(bp.calls.allocateResource).toBe(1);
+    // Each move of the clock makes the lease's recheck due; wait (bounded) for it to run, as a
+    // loaded machine may take longer than any fixed pause, and rechecks must not merge.
+    const waits = async () => (await broker.logs({ lease: handle.id, type: 'lease.waiting-for-resources' }))[0]?.count ?? 0;
     for (let i = 0; i < 6; i++) {
+      const before = await waits();
       broker.clock.advance({ minutes: 5 });
-      await settle(150);
+      await until('a recheck of the lease', async () => (await waits()) > before);
     }
     const pending = await broker.resources.list({ status: 'pending' });
     expect(pending).toHaveLength(1);

@@ -421,9 +421,18 @@ describe('live updates', () => {
     const lease = await broker.requestLease({ type: 'host' });
     const { url } = await mounted(broker, { sweepInterval: { seconds: 1 } });
     const db = internals.get(broker)!.db;
+    // The sweep reads stats(): count its reads, to know when it has taken its fingerprint.
+    let reads = 0;
+    const stats = broker.stats.bind(broker);
+    broker.stats = async () => {
+      const result = await stats();
+      reads++;
+      return result;
+    };
     const text = await streamUntil(`${url}/events`, {}, /event: changed/, async () => {
-      // One sweep takes the fingerprint; then a change no event tells of (as from a process whose NOTIFY was lost).
-      await new Promise((r) => setTimeout(r, 1600));
+      // One sweep takes the fingerprint (waited for, bounded: a loaded machine may be late for a
+      // fixed pause); then a change no event tells of (as from a process whose NOTIFY was lost).
+      await until('the first sweep', () => reads > 0);
       await db.query(`UPDATE ${db.schema}.leases SET status = 'released' WHERE id = $1`, [lease.id]);
     });
     expect(text).toMatch(/^retry: 5000\n\n(: keepalive\n\n)*event: changed/);

@@ -11,14 +11,14 @@ guardBrokers();
 
 describe('a lease that expires while activateLease runs', () => {
   test('acquire() rejects instead of resolving with an expired lease; the resource goes to the next waiter only after the lease is destroyed', async () => {
-    const fake = fakeBlueprint({ name: 'one', type: 'host', exclusive: true, limits: { maxResources: 1 }, delays: { activateLease: 800 } });
+    const fake = fakeBlueprint({ name: 'one', type: 'host', exclusive: true, limits: { maxResources: 1 }, delays: { activateLease: 2_000 } });
     const broker = await realBroker({ blueprints: [fake] });
     // Build the pool's one resource first, so the lease under test waits only on activateLease.
     const warm = await broker.acquire({ type: 'host', owner: 'warm-up' });
     await warm.release();
 
     const started = Date.now();
-    const outcome = await broker.acquire({ type: 'host', owner: 'short', ttl: { milliseconds: 300 } }).then(
+    const outcome = await broker.acquire({ type: 'host', owner: 'short', ttl: { seconds: 1 } }).then(
       (lease) => ({ lease, at: Date.now() }),
       (error) => ({ error, at: Date.now() }),
     );
@@ -26,10 +26,12 @@ describe('a lease that expires while activateLease runs', () => {
     const error = (outcome as { error: LeaseBrokenError }).error;
     expect(error).toBeInstanceOf(LeaseBrokenError);
     expect(error.message).toMatch(/expired/);
-    if (outcome.at - started < 700) {
-      // Seen once under load (567 ms), not reproduced: the broker's log says which way it went.
+    // The ttl runs from the request and covers the way to activateLease: with 300 ms a loaded
+    // machine took longer, and the lease expired before the hook began (a path this test is not about).
+    expect(fake.calls.activateLease).toBe(2); // the warm-up's and this lease's
+    if (outcome.at - started < 1_900) {
       const log = (await broker.logs({})).map((e) => `+${e.at.toMillis() - started} ms ${e.type} ${e.lease ?? ''} ${e.resource ?? ''} ${e.message}`);
-      throw new Error(`acquire() settled after ${outcome.at - started} ms, before activateLease (800 ms) could end:\n${log.join('\n')}`);
+      throw new Error(`acquire() settled after ${outcome.at - started} ms, before activateLease (2 s) could end:\n${log.join('\n')}`);
     }
     const row = await broker.leases.get(error.leaseId);
     expect(['released', 'destroyed']).toContain(row!.status);

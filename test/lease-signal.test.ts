@@ -51,7 +51,8 @@ describe('lease.signal', () => {
 
   test('aborts at expiresAt, on the real clock, with a LeaseNotActiveError (expired)', async () => {
     const broker = await realBroker();
-    const lease = await broker.acquire({ type: 'fake', ttl: { milliseconds: 1_000 } });
+    // The ttl runs from the request: long enough that a loaded machine builds the resource and hands the lease over before it (1 s was not).
+    const lease = await broker.acquire({ type: 'fake', ttl: { milliseconds: 5_000 } });
     const { at, reason } = await aborted(lease.signal);
     expect(at).toBeGreaterThanOrEqual(lease.expiresAt!.toMillis() - 5);
     expect(at - lease.expiresAt!.toMillis()).toBeLessThan(100);
@@ -68,7 +69,7 @@ describe('lease.signal', () => {
       { exclusive: false, gates: { activateLease: () => (++activations === 1 ? Promise.resolve() : gate) } },
       { workers: { concurrency: 1 } },
     );
-    const lease = await broker.acquire({ type: 'fake', ttl: { milliseconds: 1_000 } });
+    const lease = await broker.acquire({ type: 'fake', ttl: { milliseconds: 5_000 } });
     const other = await broker.requestLease({ type: 'fake' });
     void lease.signal;
     const { at, reason } = await aborted(lease.signal);

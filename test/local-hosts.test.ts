@@ -336,7 +336,8 @@ function killGroup(pid: number | undefined) {
 describe('localHosts: a lease that leaves active while its commands run', () => {
   test('slots: 1 — an expired lease\'s processes are gone, and then its directory, before the next lease gets the slot', async () => {
     const broker = track(await realBroker(1, 'expiry'));
-    const a = await broker.acquire({ type: 'host', ttl: { milliseconds: 1_500 } });
+    // The ttl runs from the request: long enough that a loaded machine builds the host and starts the command before it.
+    const a = await broker.acquire({ type: 'host', ttl: { seconds: 3 } });
     const dir = a.interface('filesystem').path;
     const pidFile = join(scratch, `pid-${a.id}`);
     const vanished = join(scratch, `vanished-${a.id}`);

@@ -131,9 +131,9 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
       await until('b hears lease-2', () => received.some((h) => h.leases?.includes('lease-2') ?? false));
       // Presence-only hints never reach a broker's handler.
       expect(received.every((h) => h.work || h.leases === null || h.leases.length > 0)).toBe(true);
-      // b sent its presence, and a heard it, at least every 200 ms while it lived.
-      await new Promise((r) => setTimeout(r, 500));
-      expect(observer.heard.filter((h) => h.from === 'b').length).toBeGreaterThanOrEqual(2);
+      // b goes on saying it listens while it has nothing else to send (bounded: timers run late under load).
+      const fromB = observer.heard.filter((h) => h.from === 'b').length;
+      await until('b says it listens again', () => observer.heard.filter((h) => h.from === 'b').length > fromB);
 
       await b.stop();
       await new Promise((r) => setTimeout(r, 800));

@@ -216,10 +216,11 @@ describe('renewal on the real clock, as users run it', () => {
     expect(signal.aborted).toBe(true);
     expect((await broker.leases.get(lease.id))!.status).toBe('destroyed');
 
-    // extend() without keepalive: the signal aborts at the new expiry, not the old one.
-    const short = await broker.acquire({ type: 'host', owner: 'real', ttl: { milliseconds: 500 } });
+    // extend() without keepalive: the signal aborts at the new expiry, not the old one. The ttl
+    // runs from the request: long enough for a loaded machine to hand the lease over and apply the extend before it.
+    const short = await broker.acquire({ type: 'host', owner: 'real', ttl: { milliseconds: 2_000 } });
     const shortSignal = short.signal;
-    const until = await short.extend({ milliseconds: 1_500 });
+    const until = await short.extend({ milliseconds: 4_000 });
     const abortedAt = await new Promise<number>((resolve) => shortSignal.addEventListener('abort', () => resolve(Date.now()), { once: true }));
     expect(abortedAt).toBeGreaterThanOrEqual(until.toMillis() - 5);
     expect(abortedAt - until.toMillis()).toBeLessThan(1_000);
