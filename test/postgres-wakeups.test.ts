@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { createBroker, type Broker, type BrokerOptions, type Logger } from '../lib/index.js';
+import { createBroker, type Broker, type BrokerOptions, type Lease, type Logger } from '../lib/index.js';
 import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
@@ -41,30 +41,41 @@ async function quietCounts(broker: Broker) {
 // can only come from LISTEN/NOTIFY.
 const SLOW = { sweepInterval: { seconds: 60 }, waitRecheck: { seconds: 60 } } satisfies Partial<BrokerOptions>;
 
+/** A broker's options on `schema`: one exclusive resource, sweeps and rechecks too slow to matter. */
+const oneResource = (schema: string): BrokerOptions => ({
+  ...SLOW,
+  database: { url: tierUrl!, schema },
+  blueprints: [fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } })],
+});
+
+/**
+ * Requests a lease in broker `a` while `held`, of another broker, has the one resource;
+ * once it waits, releases `held`. Resolves with the lease, active, and the ms from the release.
+ */
+async function wokenByRelease(a: Broker, held: Lease) {
+  const waiting = await a.requestLease({ type: 'fake' });
+  // A's lease has run its pass and parked: it waits for the resource the other broker holds.
+  const deadline = Date.now() + 10_000;
+  while ((await a.logs({ lease: waiting.id, type: 'lease.waiting-for-resources' })).length === 0) {
+    if (Date.now() > deadline) throw new Error('the lease never started waiting');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const released = Date.now();
+  await held.release();
+  const lease = await waiting.whenActive({ timeout: { seconds: 10 } });
+  return { lease, ms: Date.now() - released };
+}
+
 describeOnPostgres('wake-ups across brokers (LISTEN/NOTIFY)', () => {
   test('a waiting acquire() in broker A is woken when broker B frees the resource, not by a poll', async () => {
     const schema = freshSchema();
-    const options = (): BrokerOptions => ({
-      ...SLOW,
-      database: { url: tierUrl!, schema },
-      blueprints: [fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } })],
-    });
-    const b = track(await createBroker(options()));
+    const b = track(await createBroker(oneResource(schema)));
     const held = await b.acquire({ type: 'fake', timeout: { seconds: 20 } });
-    const a = track(await createBroker(options()));
-    const waiting = await a.requestLease({ type: 'fake' });
-    // A's lease has run its pass and parked: it waits for the resource B holds.
-    const deadline = Date.now() + 10_000;
-    while ((await a.logs({ lease: waiting.id, type: 'lease.waiting-for-resources' })).length === 0) {
-      if (Date.now() > deadline) throw new Error('the lease never started waiting');
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    const released = Date.now();
-    await held.release();
-    const lease = await waiting.whenActive({ timeout: { seconds: 10 } });
+    const a = track(await createBroker(oneResource(schema)));
+    const { lease, ms } = await wokenByRelease(a, held);
     expect(lease.resource.id).toBe(held.resource.id);
     // Far below the 60 s sweep and recheck: the NOTIFY of B's release woke A.
-    expect(Date.now() - released).toBeLessThan(3_000);
+    expect(ms).toBeLessThan(3_000);
     await lease.release();
     await a.close();
     await b.close();
@@ -150,13 +161,8 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
   test('brokers on the real clock: one alone sends no NOTIFY for its lease cycles; a second one that starts later is woken by its release at once', async () => {
     const schema = freshSchema('alone');
     const observer = await overhear(schema);
-    const options = (): BrokerOptions => ({
-      ...SLOW,
-      database: { url: tierUrl!, schema },
-      blueprints: [fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } })],
-    });
     try {
-      const b = track(await createBroker(options()));
+      const b = track(await createBroker(oneResource(schema)));
       await until('the broker says it listens', () => observer.heard.length > 0);
       const self = observer.heard[0]!.from;
       // A second after it started, with nobody heard, b is alone.
@@ -167,18 +173,10 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
       await new Promise((r) => setTimeout(r, 300));
       expect(observer.notPresence(self).length).toBe(before);
 
-      const a = track(await createBroker(options()));
-      const waiting = await a.requestLease({ type: 'fake' });
-      const deadline = Date.now() + 10_000;
-      while ((await a.logs({ lease: waiting.id, type: 'lease.waiting-for-resources' })).length === 0) {
-        if (Date.now() > deadline) throw new Error('the lease never started waiting');
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      const released = Date.now();
-      await held.release();
-      const lease = await waiting.whenActive({ timeout: { seconds: 10 } });
+      const a = track(await createBroker(oneResource(schema)));
+      const { lease, ms } = await wokenByRelease(a, held);
       // Far below the 60 s sweep and recheck: b heard a and told it of the release.
-      expect(Date.now() - released).toBeLessThan(3_000);
+      expect(ms).toBeLessThan(3_000);
       expect(observer.notPresence(self).length).toBeGreaterThan(before);
       await lease.release();
       await a.close();
