@@ -1,8 +1,7 @@
 import { LeaseBrokenError } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { engineErrors, guardBrokers, testBroker } from './helpers/broker.js';
-import { until } from './helpers/dashboard.js';
-import { gate, pump } from './helpers/pump.js';
+import { gate, pump, until } from './helpers/pump.js';
 
 guardBrokers();
 

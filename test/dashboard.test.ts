@@ -10,7 +10,8 @@ import { escapeHtml } from '../lib/dashboard/html.js';
 import { ValidationError } from '../lib/errors/validation-error.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, realBroker, track } from './helpers/broker.js';
-import { commandCount, serve, until, XSS_PAYLOADS } from './helpers/dashboard.js';
+import { commandCount, serve, XSS_PAYLOADS } from './helpers/dashboard.js';
+import { until } from './helpers/pump.js';
 import { describeOnPostgres, testDatabase, tierUrl } from './helpers/tier.js';
 
 guardBrokers();

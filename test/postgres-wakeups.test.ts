@@ -5,6 +5,7 @@ import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { startCuttingProxy } from './helpers/cutting-proxy.js';
 import { channelFor, decodeHint, Listener, type Hint } from '../lib/store/notifier.js';
+import { until } from './helpers/pump.js';
 import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
 
@@ -92,14 +93,6 @@ async function overhear(schema: string) {
   const notPresence = (from: string) => heard.filter((h) => h.from === from && (h.work || h.leases === null || h.leases.length > 0));
   return { heard, notPresence, close: () => client.end() };
 }
-
-const until = async (what: string, done: () => boolean, ms = 10_000) => {
-  const deadline = Date.now() + ms;
-  while (!done()) {
-    if (Date.now() > deadline) throw new Error(`not in ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-};
 
 describeOnPostgres('a hint is sent only when another broker listens', () => {
   test('alone, a broker sends only its presence; one that appears is caught up at once and then hears every hint; once it is gone, hints stop', async () => {

@@ -29,11 +29,3 @@ export async function commandCount(broker: Broker): Promise<number> {
   return Number(row.n);
 }
 
-/** Polls `check` on the real clock until it holds. */
-export async function until(what: string, check: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}

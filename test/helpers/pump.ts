@@ -31,6 +31,15 @@ export async function settle(ms = 300): Promise<void> {
   await sleep(ms);
 }
 
+/** Polls `check` on the real clock until it holds (for when a hook is blocked and runUntilIdle would not return). */
+export async function until(what: string, check: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** Rows of one of the library's tables, straight from the database. */
 export async function rows(broker: TestBroker, sql: (schema: string) => string, params: unknown[] = []): Promise<Array<Record<string, any>>> {
   const db = internals.get(broker)!.db;
