@@ -100,8 +100,14 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
     const channel = channelFor(schema);
     const observer = await overhear(schema);
     const received: Hint[] = [];
-    const listener = (self: string, onHint: (h: Hint) => void) =>
-      new Listener({ url: tierUrl!, channel, applicationName: 'slipway-test', self, presenceMs: 200, onHint, onConnected: () => undefined, onLost: () => undefined });
+    // Every one is stopped at the end, also when an assertion fails midway: a Listener left
+    // connected keeps jest from exiting.
+    const started: Listener[] = [];
+    const listener = (self: string, onHint: (h: Hint) => void) => {
+      const made = new Listener({ url: tierUrl!, channel, applicationName: 'slipway-test', self, presenceMs: 200, onHint, onConnected: () => undefined, onLost: () => undefined });
+      started.push(made);
+      return made;
+    };
     const toA: Hint[] = [];
     const a = listener('a', (h) => toA.push(h));
     try {
@@ -146,7 +152,7 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
       await new Promise((r) => setTimeout(r, 300));
       expect(observer.notPresence('a').length).toBe(before);
     } finally {
-      await a.stop();
+      for (const made of started) await made.stop();
       await observer.close();
     }
   }, 30_000);
