@@ -42,6 +42,9 @@ describe('transition tables', () => {
     const { store } = internals.get(broker)!.runtime;
     // A writer that still believes the lease is pending:
     await expect(store.unit((u) => store.casLease(u, lease.id, 'pending', 'acquired'))).rejects.toThrow(IllegalTransitionError);
+    // The same refusal as one statement on its own (how a worker consumes a release): it says
+    // why, with the status it found, rather than failing on the read that finds it.
+    await expect(store.single((u) => store.casLease(u, lease.id, 'acquired', 'released'))).rejects.toThrow(/acquired → released refused: status is active/);
     // A transition the table forbids is refused before any SQL runs:
     await expect(store.unit((u) => store.casLease(u, lease.id, 'active', 'pending'))).rejects.toThrow(/not a legal transition/);
     expect(await lease.status()).toBe('active');

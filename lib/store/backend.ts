@@ -119,6 +119,8 @@ export interface Unit {
   logs: Array<Record<string, unknown>>;
   /** Work became due: this broker's workers, and the other brokers of the schema, should look. */
   woke: boolean;
+  /** One statement on its own (`Store.single`): a read after it, to say why it was refused, is not part of it. */
+  single?: true;
 }
 
 /** More writes in the statement of a compare-and-set; they see the updated row as `upd`. */

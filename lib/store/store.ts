@@ -192,7 +192,7 @@ export class Store implements StoreBackend {
           query: <R>(text: string, params?: unknown[]) => once(async () => (await this.db.write<R>(text, params)).rows),
           execute: (text, params) => once(async () => (await this.db.write(text, params)).rowCount),
         };
-        const unit = this.newUnit(sql);
+        const unit: Unit = { ...this.newUnit(sql), single: true };
         const value = await work(unit);
         this.afterCommit(unit);
         return value;
@@ -286,7 +286,8 @@ export class Store implements StoreBackend {
     const result = await this.cas(unit, kind, id, from, to, sets, options);
     if (!result) {
       const table = kind === 'lease' ? 'leases' : 'resources';
-      const actual = await unit.sql.query(`SELECT status FROM ${this.s}.${table} WHERE id = $1`, [id]);
+      // Outside a transaction the refused statement has committed nothing: the read that says why is a statement of its own.
+      const actual = await (unit.single ? this.db : unit.sql).query(`SELECT status FROM ${this.s}.${table} WHERE id = $1`, [id]);
       throw new IllegalTransitionError(kind, id, from, to, actual[0]?.status ?? 'missing');
     }
     return result;
