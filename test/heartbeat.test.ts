@@ -21,6 +21,8 @@ guardBrokers();
 // before the first heartbeat), and a hook five lifetimes long.
 const CLAIM_TTL_MS = 1_000;
 const HOOK_MS = 5_000;
+// Longer than two claim lifetimes: a heartbeat that waits for the lock lets every claim lapse.
+const LOCK_MS = 2_500;
 
 describeOnPostgres('heartbeats during a hook longer than claimTtl (Postgres)', () => {
   test(`activateResource runs ${HOOK_MS} ms with claimTtl ${CLAIM_TTL_MS} ms on one of two brokers: called once, never resumed, the claim never lapses nor changes hands, the outcome is recorded`, async () => {
@@ -87,4 +89,52 @@ describeOnPostgres('heartbeats during a hook longer than claimTtl (Postgres)', (
       await observer.end();
     }
   }, 30_000);
+
+  test(`a work item another transaction holds locked for ${LOCK_MS} ms does not hold up the heartbeat of the others: their claims never lapse`, async () => {
+    const schema = freshSchema();
+    // One resource, two leases on it, each in an activateLease as long as the lock and more.
+    const blueprint = fakeBlueprint({ name: 'slow', delays: { activateLease: LOCK_MS + 2_000 } });
+    const broker = track(await createBroker({ database: { url: tierUrl!, schema, poolSize: 4 }, blueprints: [blueprint], claimTtl: { milliseconds: CLAIM_TTL_MS } }));
+    const workerId = internals.get(broker)!.runtime.workerId;
+    const locker = new pg.Client({ connectionString: tierUrl!, application_name: 'heartbeat-locker' });
+    const observer = new pg.Client({ connectionString: tierUrl!, application_name: 'heartbeat-observer' });
+    await locker.connect();
+    await observer.connect();
+    try {
+      const [held, other] = await Promise.all([broker.requestLease({ type: 'fake' }), broker.requestLease({ type: 'fake' })]);
+      const deadline = Date.now() + 20_000;
+      while (blueprint.calls.activateLease < 2) {
+        if (Date.now() > deadline) throw new Error(`activateLease started ${blueprint.calls.activateLease} times, not twice`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // Another transaction writes the first lease's work item and stays open (a wake or a
+      // hand-off waiting in a lock queue, as under load). The heartbeat used to wait for it.
+      await locker.query('BEGIN');
+      await locker.query(`SELECT 1 FROM "${schema}".work_items WHERE object_kind = 'lease' AND object_id = $1 FOR UPDATE`, [held.id]);
+      const lockedAt = Date.now();
+      const samples: Array<{ claimed_by: string | null; lapsed: boolean }> = [];
+      while (Date.now() - lockedAt < LOCK_MS) {
+        const { rows } = await observer.query(
+          `SELECT claimed_by, claim_expires_at <= clock_timestamp() AS lapsed FROM "${schema}".work_items WHERE object_kind = 'lease' AND object_id = $1`,
+          [other.id],
+        );
+        samples.push(rows[0] ?? { claimed_by: null, lapsed: true });
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await locker.query('COMMIT');
+      expect(samples.length).toBeGreaterThan(30);
+      const bad = samples.filter((s) => s.claimed_by !== workerId || s.lapsed);
+      expect({ of: samples.length, bad: bad.length, first: bad.slice(0, 3) }).toEqual({ of: samples.length, bad: 0, first: [] });
+
+      // Both leases go active, each activated once.
+      await Promise.all([held, other].map((h) => h.whenActive({ timeout: { seconds: 20 } })));
+      expect(blueprint.calls.activateLease).toBe(2);
+      await Promise.all([held, other].map((h) => h.release()));
+      await broker.close();
+    } finally {
+      await locker.end();
+      await observer.end();
+    }
+  }, 60_000);
 });
+

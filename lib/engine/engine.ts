@@ -78,6 +78,11 @@ export class Engine {
     this.hasWarmPools = warmPools(rt).length > 0;
   }
 
+  /** Three heartbeats per claim's life: a claim lapses only if three in a row fail. */
+  private get heartbeatEvery(): number {
+    return Math.max(50, this.options.claimTtl.toMillis() / 3);
+  }
+
   /** Slots taken: passes running or queued, and reservations. */
   private get load(): number {
     return this.queue.pending + this.queue.size;
@@ -89,7 +94,7 @@ export class Engine {
       this.topUpWarmPools();
     }, this.options.sweepInterval.toMillis());
     this.sweepTimer.unref();
-    this.heartbeatTimer = setInterval(() => void this.heartbeat(), Math.max(50, this.options.claimTtl.toMillis() / 3));
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.heartbeatEvery);
     this.heartbeatTimer.unref();
     this.poke();
     this.topUpWarmPools();
@@ -324,11 +329,20 @@ export class Engine {
     }
   }
 
-  private async heartbeat() {
-    if (this.inflight.size === 0 || this.halted) return;
+  /**
+   * Extends the claims of the passes in flight. A claim whose row another transaction was
+   * writing is skipped, not waited for, and tried again after 50 ms, then 100, 200... until
+   * the next beat: most such writes end the pass (its finish, its destroy), and a wake or
+   * a hand-off holds the row for one short transaction.
+   */
+  private async heartbeat(keys = [...this.inflight.keys()], retry = 0) {
+    if (keys.length === 0 || this.halted) return;
     const { store, clock, workerId } = this.rt;
     try {
-      await store.heartbeat([...this.inflight.keys()], workerId, after(clock.now(), this.options.claimTtl));
+      const extended = await store.heartbeat(keys, workerId, after(clock.now(), this.options.claimTtl));
+      const skipped = keys.filter((key) => !extended.has(key) && this.inflight.has(key));
+      const delay = 50 * 2 ** retry;
+      if (skipped.length > 0 && delay < this.heartbeatEvery) setTimeout(() => void this.heartbeat(skipped, retry + 1), delay).unref();
     } catch (error) {
       this.rt.logger.warn({ err: error }, 'slipway: heartbeat failed');
     }

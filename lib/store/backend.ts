@@ -428,8 +428,11 @@ export interface StoreBackend {
    * a wake), or at once if a wake arrived during the pass. Null if the claim was lost.
    */
   finishWork(item: WorkRef, now: DateTime, runAt: DateTime | null, attempts: number): Promise<{ due: boolean } | null>;
-  /** Extends the claims of `keys` (`kind:id`) that `workerId` still holds. */
-  heartbeat(keys: string[], workerId: string, until: DateTime): Promise<void>;
+  /**
+   * Extends the claims of `items` (`kind:id`) that `workerId` still holds, skipping a row
+   * another transaction is writing instead of waiting for it; resolves with those extended.
+   */
+  heartbeat(items: string[], workerId: string, until: DateTime): Promise<Set<string>>;
   /** Gives up the claims of one worker, or of every worker (an embedded database has one owner: claims of an earlier one are dead). */
   releaseClaims(workerId?: string): Promise<void>;
 

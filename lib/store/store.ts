@@ -775,9 +775,11 @@ export class Store implements StoreBackend {
     return row ? { due: Boolean(row.due) } : null;
   }
 
-  /** Extends the claims of `keys` (`kind:id`) that `workerId` still holds. */
-  async heartbeat(keys: string[], workerId: string, until: DateTime): Promise<void> {
-    await this.db.execute(this.sql.heartbeat, [keys, workerId, toDb(until)]);
+  /** Extends the claims of `items` (`kind:id`) that `workerId` holds and no transaction is writing now; resolves with those extended. */
+  async heartbeat(items: string[], workerId: string, until: DateTime): Promise<Set<string>> {
+    const split = items.map((key) => key.split(/:(.*)/s));
+    const rows = await this.db.query(this.sql.heartbeat, [split.map(([kind]) => kind), split.map(([, id]) => id), workerId, toDb(until)]);
+    return new Set(rows.map((r) => `${r.object_kind}:${r.object_id}`));
   }
 
   /** Gives up the claims of one worker, or of every worker (an embedded database has one owner: claims of an earlier one are dead). */

@@ -139,7 +139,18 @@ export function statements(schema: string, agingMs: number | null = null) {
       FROM next WHERE w.object_kind = next.object_kind AND w.object_id = next.object_id
       RETURNING w.object_kind, w.object_id, w.wake_count, w.chained, w.attempts, w.priority, w.claim_expires_at`,
 
-    heartbeat: `UPDATE ${S}.work_items SET claim_expires_at = $3 WHERE object_kind || ':' || object_id = ANY($1::text[]) AND claimed_by = $2`,
+    // A heartbeat never waits for a row lock: a row another transaction is writing (a wake,
+    // a hand-off, this worker's own end of a pass) is skipped and tried again. Waiting joined
+    // the lock queues of busy leases for seconds, and deadlocked with a hand-off that held
+    // one of the rows and wanted another, so every claim of the worker could lapse at once.
+    heartbeat: `
+      WITH mine AS (
+        SELECT object_kind, object_id FROM ${S}.work_items
+        WHERE (object_kind, object_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND claimed_by = $3
+        FOR UPDATE SKIP LOCKED)
+      UPDATE ${S}.work_items w SET claim_expires_at = $4
+      FROM mine WHERE w.object_kind = mine.object_kind AND w.object_id = mine.object_id
+      RETURNING w.object_kind, w.object_id`,
 
     // A wake that arrived while the item was being worked bumped wake_count; finishing
     // then keeps it due instead of overwriting it with a later run_at (no lost wake-up).
