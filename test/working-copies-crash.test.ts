@@ -110,7 +110,7 @@ const git = (cwd: string, ...args: string[]) => execFileSync('git', args, { cwd,
 
 // Invariant 4 with a real process: the broker that clones is SIGKILLed in the middle of
 // `git clone`. Its clone runs in its own process group, so it outlives the broker; here it
-// is frozen (SIGSTOP) at the moment of the kill, so that it is surely still in flight and
+// is frozen (SIGSTOP) just before the kill, so that it is surely still in flight and
 // still there when the next broker resumes, and thawed once that broker has cloned again:
 // whatever a dead broker's clone does later must not touch the working copy handed out.
 describe('a broker SIGKILLed in the middle of git clone', () => {
@@ -120,62 +120,76 @@ describe('a broker SIGKILLed in the middle of git clone', () => {
     const database: DatabaseOptions = tierUrl ? { url: tierUrl, schema: freshSchema('wc_crash') } : { embedded: true, dataDir: join(scratch, 'data') };
 
     const first = start(database, root, origin.url, origin.commit);
-    const leaseId = await first.leaseId;
-    const [orphan] = await waitFor(() => clonesInto(root).length > 0 && clonesInto(root), 'the first broker to start git clone');
-    // In flight for localHosts too: its process registry names the clone's process group. (A
-    // broker killed between the spawn and that write leaves a process no one can find.)
-    await waitFor(() => registeredGroups(root).includes(orphan!), 'the clone to be registered');
-    // git makes the directory a moment after it starts (later still on a loaded machine):
-    // freeze it only once the half-made clone is there.
-    const [hostLease] = readdirSync(root).filter((d) => !d.startsWith('.'));
-    const wcRoot = join(root, hostLease!, 'working-copy');
-    await waitFor(() => existsSync(join(wcRoot, 'app')), 'git clone to make its directory');
-    process.kill(-orphan!, 'SIGSTOP');
-    first.proc.kill('SIGKILL');
-    await first.exited;
-    expect(first.proc.signalCode).toBe('SIGKILL');
-    // Killed in flight: the clone's process group is still there, and its directory is half made.
-    expect(groupAlive(orphan!)).toBe(true);
-    expect(existsSync(join(wcRoot, 'app'))).toBe(true);
-
-    const broker = await realBroker({
-      database,
-      blueprints: [localHosts({ name: 'local', config: { root, slots: 2 } }), workingCopies({ name: 'wc', config: { hosts: ['local'] } })],
-      claimTtl: { seconds: 1 },
-      sweepInterval: { milliseconds: 100 },
-    });
+    let orphan: number | undefined;
+    // Whatever fails, neither the first broker nor its clone outlives the test (a live child
+    // process keeps jest from exiting).
     try {
-      const active = await waitFor(async () => {
-        const lease = await broker.leases.get(leaseId);
-        if (lease?.status === 'broken' || lease?.status === 'destroyed') throw new Error(`the lease ended ${lease.status}: ${JSON.stringify(await broker.logs({ lease: leaseId }))}`);
-        return lease?.status === 'active' && lease;
-      }, 'the lease to become active');
-      // Now let the dead broker's clone go on, if it is still there, and wait until it is gone.
+      const leaseId = await first.leaseId;
+      [orphan] = await waitFor(() => clonesInto(root).length > 0 && clonesInto(root), 'the first broker to start git clone');
+      // git makes the directory a moment after it starts (later still on a loaded machine):
+      // freeze the clone once the half-made directory is there, before anything else, so it
+      // is surely still in flight. (Waiting for the registry first, the test once missed a
+      // whole clone on a loaded machine and timed out.)
+      const [hostLease] = await waitFor(() => {
+        const leases = readdirSync(root).filter((d) => !d.startsWith('.'));
+        return leases.length > 0 && leases;
+      }, 'the host lease directory');
+      const wcRoot = join(root, hostLease!, 'working-copy');
+      await waitFor(() => existsSync(join(wcRoot, 'app')), 'git clone to make its directory');
+      process.kill(-orphan!, 'SIGSTOP');
+      // In flight for localHosts too: its process registry names the clone's process group. (A
+      // broker killed between the spawn and that write leaves a process no one can find.)
+      await waitFor(() => registeredGroups(root).includes(orphan!), 'the clone to be registered');
+      first.proc.kill('SIGKILL');
+      await first.exited;
+      expect(first.proc.signalCode).toBe('SIGKILL');
+      // Killed in flight: the clone's process group is still there, and its directory is half made.
+      expect(groupAlive(orphan!)).toBe(true);
+      expect(existsSync(join(wcRoot, 'app'))).toBe(true);
+
+      const broker = await realBroker({
+        database,
+        blueprints: [localHosts({ name: 'local', config: { root, slots: 2 } }), workingCopies({ name: 'wc', config: { hosts: ['local'] } })],
+        claimTtl: { seconds: 1 },
+        sweepInterval: { milliseconds: 100 },
+      });
       try {
-        process.kill(-orphan!, 'SIGCONT');
-      } catch {
-        // already gone: the resumed broker stopped it
+        const active = await waitFor(async () => {
+          const lease = await broker.leases.get(leaseId);
+          if (lease?.status === 'broken' || lease?.status === 'destroyed') throw new Error(`the lease ended ${lease.status}: ${JSON.stringify(await broker.logs({ lease: leaseId }))}`);
+          return lease?.status === 'active' && lease;
+        }, 'the lease to become active');
+        // Now let the dead broker's clone go on, if it is still there, and wait until it is gone.
+        try {
+          process.kill(-orphan!, 'SIGCONT');
+        } catch {
+          // already gone: the resumed broker stopped it
+        }
+        await waitFor(() => !groupAlive(orphan!), 'the dead broker\'s clone to be gone', 20_000);
+
+        const checkout = join(wcRoot, 'app');
+        expect(existsSync(join(checkout, '.git'))).toBe(true);
+        expect((active.attributes.repositories as any).app.head).toBe(origin.commit);
+        expect(git(checkout, 'rev-parse', 'HEAD').trim()).toBe(origin.commit);
+        expect(git(checkout, 'status', '--porcelain')).toBe('');
+        git(checkout, 'fsck', '--no-progress');
+        expect(readdirSync(wcRoot)).toEqual(['app']);
+        expect(clonesInto(root)).toEqual([]);
+
+        await broker.release(leaseId);
+        await waitFor(async () => (await broker.leases.get(leaseId))?.status === 'destroyed', 'the lease to be destroyed');
+      } finally {
+        await broker.close();
       }
-      await waitFor(() => !groupAlive(orphan!), 'the dead broker\'s clone to be gone', 20_000);
-
-      const checkout = join(wcRoot, 'app');
-      expect(existsSync(join(checkout, '.git'))).toBe(true);
-      expect((active.attributes.repositories as any).app.head).toBe(origin.commit);
-      expect(git(checkout, 'rev-parse', 'HEAD').trim()).toBe(origin.commit);
-      expect(git(checkout, 'status', '--porcelain')).toBe('');
-      git(checkout, 'fsck', '--no-progress');
-      expect(readdirSync(wcRoot)).toEqual(['app']);
-      expect(clonesInto(root)).toEqual([]);
-
-      await broker.release(leaseId);
-      await waitFor(async () => (await broker.leases.get(leaseId))?.status === 'destroyed', 'the lease to be destroyed');
     } finally {
-      try {
-        process.kill(-orphan!, 'SIGKILL');
-      } catch {
-        // gone
+      if (first.proc.exitCode === null && first.proc.signalCode === null) first.proc.kill('SIGKILL');
+      if (orphan) {
+        try {
+          process.kill(-orphan, 'SIGKILL');
+        } catch {
+          // gone
+        }
       }
-      await broker.close();
     }
   }, 180_000);
 });
