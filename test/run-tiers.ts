@@ -15,12 +15,15 @@
  * is done (a line says how far it is meanwhile), so the two never interleave.
  * SLIPWAY_TEST_SERIAL=1 runs them one after the other instead.
  *
+ * A tier whose jest has not exited 60 s after it wrote its report (a test left a process or
+ * handle open) is stopped and counts as failed.
+ *
  * Each tier prints jest's own summary; the last line adds them up as
  * `tests: N passed, N failed, N skipped`. The exit code is non-zero if any tier failed or
  * the postgres tier was asked for and no server could be had.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,6 +40,10 @@ const serial = Boolean(process.env.SLIPWAY_TEST_SERIAL) && process.env.SLIPWAY_T
 const jest = fileURLToPath(new URL('../node_modules/jest/bin/jest.js', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'slipway-test-tiers-'));
 const EMBEDDED_WORKERS = Number(process.env.SLIPWAY_TEST_EMBEDDED_WORKERS ?? 2);
+/** How long jest may take to exit after it wrote its report. */
+const EXIT_GRACE_MS = 60_000;
+/** The tiers whose jest was stopped for not exiting. */
+const hung = new Set<Tier>();
 
 /** jest's own counts for a tier, from the JSON report it wrote beside its usual output. */
 function countsOf(tier: Tier): Counts | undefined {
@@ -64,18 +71,44 @@ function runJest(tier: Tier, env: NodeJS.ProcessEnv, held: boolean): { done: Pro
   const output = held ? join(scratch, `${tier}.log`) : undefined;
   if (!held) console.log(header);
   const child = spawn(process.execPath, args, { stdio: held ? ['ignore', 'pipe', 'pipe'] : 'inherit', env: { ...process.env, ...env, SLIPWAY_TEST_TIER: tier } });
-  if (output) {
-    const file = createWriteStream(output);
+  const file = output ? createWriteStream(output) : undefined;
+  if (file) {
     file.write(`${header}\n`);
     child.stdout!.pipe(file, { end: false });
     child.stderr!.pipe(file, { end: false });
     child.on('close', () => file.end());
   }
-  const done = new Promise<number>((resolve) => child.on('close', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+  // A test that leaves a process or handle open keeps jest from exiting after it wrote its
+  // report: stop it then, rather than hang until the CI's time limit with nothing printed.
+  const report = join(scratch, `${tier}.json`);
+  let reportSeenAt: number | undefined;
+  const watchdog = setInterval(() => {
+    if (reportSeenAt === undefined) {
+      if (existsSync(report)) reportSeenAt = Date.now();
+      return;
+    }
+    if (Date.now() - reportSeenAt < EXIT_GRACE_MS) return;
+    clearInterval(watchdog);
+    hung.add(tier);
+    const say = `\n== tier ${tier}: jest wrote its results but had not exited ${EXIT_GRACE_MS / 1000} s later (a test left a process or handle open): stopped\n`;
+    if (file) file.write(say);
+    else console.log(say);
+    child.kill('SIGKILL');
+  }, 1_000);
+  watchdog.unref();
+  const done = new Promise<number>((resolve) => {
+    child.on('close', (code, signal) => {
+      clearInterval(watchdog);
+      resolve(code ?? (signal ? 1 : 0));
+    });
+    // Stopped: a process it left may still hold its output open.
+    child.on('exit', () => hung.has(tier) && setTimeout(() => resolve(1), 1_000));
+  });
   return { done, output };
 }
 
 function outcome(tier: Tier, code: number): Outcome {
+  if (hung.has(tier)) return { tier, result: 'failed (jest did not exit: a test left a process or handle open)', ok: false, counts: countsOf(tier) };
   return { tier, result: code === 0 ? 'passed' : `failed (exit ${code})`, ok: code === 0, counts: countsOf(tier) };
 }
 
@@ -141,7 +174,7 @@ for (const r of outcomes) {
   console.log(`   ${r.tier.padEnd(9)} ${r.result}${counts}`);
 }
 const total = outcomes.reduce((sum, r) => ({ passed: sum.passed + (r.counts?.passed ?? 0), failed: sum.failed + (r.counts?.failed ?? 0), skipped: sum.skipped + (r.counts?.skipped ?? 0) }), { passed: 0, failed: 0, skipped: 0 });
-// A tier that failed without a report (it could not start, jest crashed) still counts as a failure.
-const unreported = outcomes.filter((r) => !r.ok && !r.counts).length;
+// A tier that failed with no failed test in a report (it could not start, jest crashed or did not exit) still counts as a failure.
+const unreported = outcomes.filter((r) => !r.ok && !r.counts?.failed).length;
 console.log(`tests: ${total.passed} passed, ${total.failed + unreported} failed, ${total.skipped} skipped`);
 process.exit(outcomes.every((r) => r.ok) ? 0 : 1);
