@@ -3,6 +3,7 @@ import { createBroker, type Broker } from '../lib/index.js';
 import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
+import { until } from './helpers/pump.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
 
 guardBrokers();
@@ -102,11 +103,7 @@ describeOnPostgres('heartbeats during a hook longer than claimTtl (Postgres)', (
     await observer.connect();
     try {
       const [held, other] = await Promise.all([broker.requestLease({ type: 'fake' }), broker.requestLease({ type: 'fake' })]);
-      const deadline = Date.now() + 20_000;
-      while (blueprint.calls.activateLease < 2) {
-        if (Date.now() > deadline) throw new Error(`activateLease started ${blueprint.calls.activateLease} times, not twice`);
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await until('activateLease to start for both leases', () => blueprint.calls.activateLease >= 2);
       // Another transaction writes the first lease's work item and stays open (a wake or a
       // hand-off waiting in a lock queue, as under load). The heartbeat used to wait for it.
       await locker.query('BEGIN');
@@ -137,4 +134,3 @@ describeOnPostgres('heartbeats during a hook longer than claimTtl (Postgres)', (
     }
   }, 60_000);
 });
-

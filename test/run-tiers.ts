@@ -102,7 +102,9 @@ function runJest(tier: Tier, env: NodeJS.ProcessEnv, held: boolean): { done: Pro
       resolve(code ?? (signal ? 1 : 0));
     });
     // Stopped: a process it left may still hold its output open.
-    child.on('exit', () => hung.has(tier) && setTimeout(() => resolve(1), 1_000));
+    child.on('exit', () => {
+      if (hung.has(tier)) setTimeout(() => resolve(1), 1_000);
+    });
   });
   return { done, output };
 }
