@@ -26,6 +26,18 @@ let why = sshdUnavailable();
 const sshd: TestSshd | null = why ? null : await startSshd().catch((error: Error) => ((why = error.message), null));
 if (!sshd) console.warn(`test/ssh-hosts.test.ts: the tests against a real sshd are skipped, as sshd cannot run on this machine: ${why}`);
 const describeSsh = sshd ? describe : describe.skip;
+
+/**
+ * How long a lease may take to become active here: a safety net, not a speed check (the
+ * bench measures speed). Every command is an ssh session, and each session starts the
+ * remote user's login shell, which reads ~/.bashrc when run by sshd: where that file
+ * runs `pyenv init`, a session took 0.55 s on an idle machine (0.03 s without it), and
+ * many times that with both test tiers running. A first checkout is about ten sessions:
+ * one CI run timed out at 30 s.
+ */
+const PATIENCE = { seconds: 120 };
+/** Jest's bound for a test that may wait for PATIENCE more than once. */
+const PATIENT_TEST_MS = 300_000;
 afterAll(async () => {
   await sshd?.stop();
 });
@@ -81,7 +93,7 @@ describeSsh('sshHosts against a real sshd', () => {
   afterAll(async () => {
     await broker?.close();
   });
-  const acquire = (spec: { ttl?: { seconds: number } } = {}) => broker.acquire({ type: 'host', blueprints: ['ssh'], timeout: { seconds: 20 }, ...spec });
+  const acquire = (spec: { ttl?: { seconds: number } } = {}) => broker.acquire({ type: 'host', blueprints: ['ssh'], timeout: PATIENCE, ...spec });
 
   describe('the command interface', () => {
     let lease: Lease;
@@ -168,21 +180,21 @@ describeSsh('sshHosts against a real sshd', () => {
 
     await first.release();
     expect(existsSync(paths[0]!)).toBe(false);
-    const thirdActive = await third.whenActive({ timeout: { seconds: 10 } });
+    const thirdActive = await third.whenActive({ timeout: PATIENCE });
     expect(thirdActive.attributes.slot).toBe(first.attributes.slot);
     expect(await fourth.status()).toBe('pending');
     await second.release();
-    const fourthActive = await fourth.whenActive({ timeout: { seconds: 10 } });
+    const fourthActive = await fourth.whenActive({ timeout: PATIENCE });
     expect(fourthActive.attributes.slot).toBe(second.attributes.slot);
     expect((await fourthActive.interface('command').run(['true'])).exitCode).toBe(0);
     await Promise.all([thirdActive.release(), fourthActive.release()]);
     expect(existsSync(thirdActive.interface('filesystem').path)).toBe(false);
     // One resource is the one host, however many leases it served.
     expect(await broker.resources.list({ blueprint: 'ssh' })).toHaveLength(1);
-  });
+  }, PATIENT_TEST_MS);
 
   test('a pool of two hosts: one resource each, each host\'s own slots, and a lease beyond them all waits', async () => {
-    const leases = await Promise.all([1, 2, 3].map(() => broker.acquire({ type: 'host', blueprints: ['pool'], timeout: { seconds: 20 } })));
+    const leases = await Promise.all([1, 2, 3].map(() => broker.acquire({ type: 'host', blueprints: ['pool'], timeout: PATIENCE })));
     const byHost = new Map<string, number[]>();
     for (const lease of leases) byHost.set(lease.resource.attributes.host as string, [...(byHost.get(lease.resource.attributes.host as string) ?? []), lease.attributes.slot as number]);
     expect(Object.fromEntries([...byHost].map(([host, slots]) => [host, slots.sort()]))).toEqual({ [sshd!.host]: [0], localhost: [0, 1] });
@@ -194,10 +206,10 @@ describeSsh('sshHosts against a real sshd', () => {
     expect(await fourth.status()).toBe('pending');
     const onLocalhost = leases.find((l) => l.resource.attributes.host === 'localhost')!;
     await onLocalhost.release();
-    expect((await fourth.whenActive({ timeout: { seconds: 10 } })).resource.id).toBe(onLocalhost.resource.id);
+    expect((await fourth.whenActive({ timeout: PATIENCE })).resource.id).toBe(onLocalhost.resource.id);
     expect(await broker.resources.list({ blueprint: 'pool' })).toHaveLength(2);
     await Promise.all([...leases.filter((l) => l !== onLocalhost).map((l) => l.release()), fourth.release()]);
-  });
+  }, PATIENT_TEST_MS);
 
   test('a lease that expires stops its running command and, at its destroy, what its commands left in the background', async () => {
     // Long enough to be acquired and start two commands on a loaded machine (5 s was not, in a CI run on 2 busy cores).
@@ -251,7 +263,7 @@ describeSsh('sshHosts against a real sshd', () => {
     const repo = new TestRepo(join(sshd!.dir, 'origin'));
     const commits = [1, 2].map((i) => repo.commit({ 'version.txt': `v${i}\n` }));
     for (const [i, commit] of commits.entries()) {
-      const lease = await broker.acquire({ type: 'working-copy', attributes: { repositories: { app: { url: repo.url, commit } } }, timeout: { seconds: 30 } });
+      const lease = await broker.acquire({ type: 'working-copy', attributes: { repositories: { app: { url: repo.url, commit } } }, timeout: PATIENCE });
       expect((lease.attributes.repositories as any).app.head).toBe(commit);
       const command = lease.interface('command');
       expect((await command.run(['cat', 'version.txt'], { cwd: 'app' })).stdout).toBe(`v${i + 1}\n`);
@@ -262,7 +274,7 @@ describeSsh('sshHosts against a real sshd', () => {
       await lease.release();
     }
     expect(await broker.logs({ type: 'working-copies.clone' })).toHaveLength(1);
-  });
+  }, PATIENT_TEST_MS);
 
   test('multiplexing: one connection per resource, its control socket there while the resource lives and gone after its destroy', async () => {
     const lease = await acquire();
@@ -295,7 +307,7 @@ describeSsh('sshHosts: host keys and the identity file', () => {
       sweepInterval: { milliseconds: 100 },
       maxAllocationFailures: 1,
     });
-    const acquire = (name: string) => broker.acquire({ type: 'host', blueprints: [name], timeout: { seconds: 20 } });
+    const acquire = (name: string) => broker.acquire({ type: 'host', blueprints: [name], timeout: PATIENCE });
 
     const refused = await acquire('strict').catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(LeaseBrokenError);
