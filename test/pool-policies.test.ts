@@ -1,3 +1,4 @@
+import { internals } from '../lib/broker/index.js';
 import { createBroker, type Broker } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { RetryLater, ValidationError } from '../lib/errors/index.js';
@@ -340,10 +341,33 @@ describe('warm pools (minIdle)', () => {
     await broker.runUntilIdle();
     expect(await idleCount(broker)).toBe(3);
     await broker.advance({ minutes: 2 });
+    console.log(JSON.stringify((await broker.resources.list()).map((r) => [r.id, r.status])), (await broker.logs()).map((l) => `${l.resource} ${l.message}`).join('\n'));
     expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 2, idle: 2 });
     await broker.advance({ minutes: 10 });
     expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 2, idle: 2 });
     expect(pool.calls.allocateResource).toBe(3);
+  });
+
+  test('a resource kept for the warm pool is looked at again: one promised to a lease when its expiry came, and let go of after, still expires', async () => {
+    // What a hand-off does to the engine, forced in SQL: it reserves a freed resource for a
+    // waiting lease, and the lease, over its quota, lets go of it in its next pass. Here the
+    // reservation lasts over the resource's idle expiry, as it did on a loaded machine
+    // across four processes (test/multi-process-policies.test.ts).
+    const pool = fakeBlueprint({ type: 'host', name: 'hosts', exclusive: true, limits: { minIdle: 1, maxResources: 3, idleExpiry: { minutes: 1 } } });
+    await using broker = await testBroker({ blueprints: [pool] });
+    const { db, store } = internals.get(broker)!;
+    await broker.runUntilIdle();
+    const [first] = (await broker.resources.list({ status: 'active' })).map((r) => r.id);
+    await db.query(`UPDATE ${store.s}.resources SET reserved_for = 'lease_promised' WHERE id = $1`, [first]);
+    // The promised one is no spare: the pool builds a second (at its sweep), which finds one spare (itself) at its expiry and is kept.
+    await eventually(async () => (await broker.stats()).blueprints.hosts!.live === 2, 'a second warm resource');
+    await broker.advance({ minutes: 2 });
+    expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 2, idle: 2 });
+    // The lease lets go, as forgetReservation does: nothing wakes the resource.
+    await db.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1`, [first]);
+    await broker.advance({ minutes: 5 });
+    expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 1, idle: 1 });
+    expect(engineErrors(broker)).toEqual([]);
   });
 
   test('a draining blueprint builds no warm resource, and its warm ones go', async () => {

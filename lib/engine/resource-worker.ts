@@ -238,7 +238,8 @@ async function refuseCycle(rt: Runtime, resource: ResourceRow, driver: LeaseRow 
 
 /**
  * An active resource with no leases releases itself once its blueprint's idle expiry has
- * passed (unless its warm pool would go below `minIdle`), or at once when it is retired: recycled (`maxResourceAge`,
+ * passed (unless its warm pool would go below `minIdle`: then it looks again one idle
+ * expiry later), or at once when it is retired: recycled (`maxResourceAge`,
  * `maxLeasesPerResourceLifetime`, `destroyOnRelease`) or of a draining blueprint. A leased
  * one is never released here: the worker of its last lease wakes it when it is gone.
  */
@@ -284,8 +285,10 @@ async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprin
   else {
     // An idle expiry spares the warm pool: only idle resources beyond minIdle go.
     const kept = await store.unit(async (u) => ((await mayExpireIdle(rt, u, blueprint)) ? (await release(u), false) : true));
-    // Kept for the warm pool: it stays until a lease takes it (or a command).
-    if (kept) return PARK;
+    // Kept for the warm pool, and looked at again after another idle period: a resource can
+    // become spare with no pass of its own (a lease lets go of the one a hand-off reserved
+    // for it), and then the pool stands above minIdle until one of its resources looks.
+    if (kept) return at(after(now, idle!));
   }
   // Released or not (a lease came first), the next pass looks again.
   return at(now);
