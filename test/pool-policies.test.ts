@@ -341,7 +341,6 @@ describe('warm pools (minIdle)', () => {
     await broker.runUntilIdle();
     expect(await idleCount(broker)).toBe(3);
     await broker.advance({ minutes: 2 });
-    console.log(JSON.stringify((await broker.resources.list()).map((r) => [r.id, r.status])), (await broker.logs()).map((l) => `${l.resource} ${l.message}`).join('\n'));
     expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 2, idle: 2 });
     await broker.advance({ minutes: 10 });
     expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 2, idle: 2 });
