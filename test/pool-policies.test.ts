@@ -347,6 +347,25 @@ describe('warm pools (minIdle)', () => {
     expect(pool.calls.allocateResource).toBe(3);
   });
 
+  test('an idle resource promised to a lease when its expiry comes is not spun on: it looks again an idle period later, and goes once let go of', async () => {
+    // The promise forced in SQL, as in the test above. The worker used to try the release,
+    // be refused by its guard (reserved), and pass again at once, for as long as the
+    // reservation lasted: with the manual clock, runUntilIdle never returned.
+    const pool = fakeBlueprint({ type: 'host', name: 'hosts', exclusive: true, limits: { idleExpiry: { minutes: 1 } } });
+    await using broker = await testBroker({ blueprints: [pool] });
+    const { db, store } = internals.get(broker)!;
+    await (await broker.acquire({ type: 'host' })).release();
+    await broker.runUntilIdle();
+    const [resource] = (await broker.resources.list({ status: 'active' })).map((r) => r.id);
+    await db.query(`UPDATE ${store.s}.resources SET reserved_for = 'lease_promised' WHERE id = $1`, [resource]);
+    await broker.advance({ minutes: 2 });
+    expect((await broker.resources.get(resource))?.status).toBe('active');
+    await db.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1`, [resource]);
+    await broker.advance({ minutes: 2 });
+    expect((await broker.resources.get(resource))?.status).toBe('destroyed');
+    expect(engineErrors(broker)).toEqual([]);
+  }, 20_000);
+
   test('a resource kept for the warm pool is looked at again: one promised to a lease when its expiry came, and let go of after, still expires', async () => {
     // What a hand-off does to the engine, forced in SQL: it reserves a freed resource for a
     // waiting lease, and the lease, over its quota, lets go of it in its next pass. Here the

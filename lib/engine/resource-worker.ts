@@ -275,6 +275,10 @@ async function watchIdle(rt: Runtime, resource: ResourceRow, blueprint: Blueprin
     if (next > now) return at(next);
     reason = `idle for ${idle!.toISO()}`;
   }
+  // Promised to a waiting lease (a hand-off reserved it, or it was built for one): the
+  // release's guard refuses it, and passing again at once would spin for as long as the
+  // promise lasts. The lease takes it or lets go of it; this looks again an idle period later.
+  if (!retired && resource.reservedFor) return at(after(now, idle!));
   const release = (u: Unit) =>
     // Guarded: a lease acquired since the read keeps the resource.
     store.casIf(u, 'resource', resource.id, 'active', 'released', {}, {
