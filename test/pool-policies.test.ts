@@ -14,6 +14,15 @@ const releaseReasons = async (broker: Broker) =>
   (await broker.logs({ type: 'resource.released' })).map((e) => (e.data as { reason: string }).reason);
 
 /** Polls a real-clock broker (its own workers) until `done` holds. */
+/**
+ * What a hand-off does to a resource, forced in SQL: promises it to a waiting lease (`lease`),
+ * or lets go of the promise (null) as `forgetReservation` does, which wakes nothing.
+ */
+async function promise(broker: Broker, resource: string, lease: string | null) {
+  const { db, store } = internals.get(broker)!;
+  await db.query(`UPDATE ${store.s}.resources SET reserved_for = $2 WHERE id = $1`, [resource, lease]);
+}
+
 async function eventually(done: () => Promise<boolean>, what: string, ms = 30_000) {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
@@ -353,14 +362,13 @@ describe('warm pools (minIdle)', () => {
     // reservation lasted: with the manual clock, runUntilIdle never returned.
     const pool = fakeBlueprint({ type: 'host', name: 'hosts', exclusive: true, limits: { idleExpiry: { minutes: 1 } } });
     await using broker = await testBroker({ blueprints: [pool] });
-    const { db, store } = internals.get(broker)!;
     await (await broker.acquire({ type: 'host' })).release();
     await broker.runUntilIdle();
     const [resource] = (await broker.resources.list({ status: 'active' })).map((r) => r.id);
-    await db.query(`UPDATE ${store.s}.resources SET reserved_for = 'lease_promised' WHERE id = $1`, [resource]);
+    await promise(broker, resource!, 'lease_promised');
     await broker.advance({ minutes: 2 });
     expect((await broker.resources.get(resource))?.status).toBe('active');
-    await db.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1`, [resource]);
+    await promise(broker, resource!, null);
     await broker.advance({ minutes: 2 });
     expect((await broker.resources.get(resource))?.status).toBe('destroyed');
     expect(engineErrors(broker)).toEqual([]);
@@ -373,18 +381,55 @@ describe('warm pools (minIdle)', () => {
     // across four processes (test/multi-process-policies.test.ts).
     const pool = fakeBlueprint({ type: 'host', name: 'hosts', exclusive: true, limits: { minIdle: 1, maxResources: 3, idleExpiry: { minutes: 1 } } });
     await using broker = await testBroker({ blueprints: [pool] });
-    const { db, store } = internals.get(broker)!;
     await broker.runUntilIdle();
     const [first] = (await broker.resources.list({ status: 'active' })).map((r) => r.id);
-    await db.query(`UPDATE ${store.s}.resources SET reserved_for = 'lease_promised' WHERE id = $1`, [first]);
+    await promise(broker, first!, 'lease_promised');
     // The promised one is no spare: the pool builds a second (at its sweep), which finds one spare (itself) at its expiry and is kept.
     await eventually(async () => (await broker.stats()).blueprints.hosts!.live === 2, 'a second warm resource');
     await broker.advance({ minutes: 2 });
     expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 2, idle: 2 });
     // The lease lets go, as forgetReservation does: nothing wakes the resource.
-    await db.query(`UPDATE ${store.s}.resources SET reserved_for = NULL WHERE id = $1`, [first]);
+    await promise(broker, first!, null);
     await broker.advance({ minutes: 5 });
     expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 1, idle: 1 });
+    expect(engineErrors(broker)).toEqual([]);
+  });
+
+  test('real clock: a resource kept for the warm pool, then a promised one let go of, shrinks the pool back to minIdle', async () => {
+    const pool = fakeBlueprint({ type: 'host', name: 'hosts', exclusive: true, limits: { minIdle: 1, maxResources: 3, idleExpiry: { milliseconds: 500 } } });
+    await using broker = await realBroker({ blueprints: [pool], sweepInterval: { milliseconds: 100 } });
+    await eventually(async () => (await idleCount(broker)) === 1, 'the warm pool built');
+    const [first] = (await broker.resources.list({ status: 'active' })).map((r) => r.id);
+    await promise(broker, first!, 'lease_promised');
+    await eventually(async () => (await broker.stats()).blueprints.hosts!.live === 2, 'a second warm resource');
+    // Past the second one's expiry: it finds itself the only spare, and is kept.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect((await broker.stats()).blueprints.hosts).toMatchObject({ live: 2, idle: 2 });
+    await promise(broker, first!, null);
+    await eventually(async () => (await broker.stats()).blueprints.hosts!.live === 1, 'the pool back at minIdle', 10_000);
+    expect(await idleCount(broker)).toBe(1);
+    expect(engineErrors(broker)).toEqual([]);
+  });
+
+  test('real clock: an idle resource promised to a lease past its expiry waits an idle period between looks, and goes once let go of', async () => {
+    const pool = fakeBlueprint({ type: 'host', name: 'hosts', exclusive: true, limits: { idleExpiry: { seconds: 1 } } });
+    await using broker = await realBroker({ blueprints: [pool] });
+    const { db, store } = internals.get(broker)!;
+    await (await broker.acquire({ type: 'host' })).release();
+    const [resource] = (await broker.resources.list({ status: 'active' })).map((r) => r.id);
+    await promise(broker, resource!, 'lease_promised');
+    await new Promise((r) => setTimeout(r, 1_500));
+    // Each look sets the next one (the work item's run_at) an idle period ahead: over 1.2 s,
+    // two or three looks. A worker passing again at once would set a new one every pass.
+    const looks = new Set<number>();
+    for (const end = Date.now() + 1_200; Date.now() < end; await new Promise((r) => setTimeout(r, 20))) {
+      const [item] = await db.query(`SELECT run_at FROM ${store.s}.work_items WHERE object_kind = 'resource' AND object_id = $1`, [resource]);
+      looks.add(new Date(item.run_at).getTime());
+    }
+    expect(looks.size).toBeLessThanOrEqual(3);
+    expect((await broker.resources.get(resource!))?.status).toBe('active');
+    await promise(broker, resource!, null);
+    await eventually(async () => (await broker.resources.get(resource!))?.status === 'destroyed', 'the resource to go', 10_000);
     expect(engineErrors(broker)).toEqual([]);
   });
 
