@@ -51,17 +51,18 @@ const watchesOf = new WeakMap<StoreBackend, LeaseWatches>();
  */
 export function leaseSignal(sources: LeaseSignalSources, lease: { id: string; expiresAt: DateTime | null }): LeaseSignal {
   let signal: AbortSignal | undefined;
-  let ended: LeaseNotActiveError | undefined;
+  // Why it ended, when that came before any read of the signal: the error is made only if one comes.
+  let ended: LeaseEnding | undefined;
   const watches = () => {
     let w = watchesOf.get(sources.store);
     if (!w) watchesOf.set(sources.store, (w = new LeaseWatches(sources)));
     return w;
   };
   return {
-    get: () => (signal ??= ended ? AbortSignal.abort(ended) : watches().signalOf(lease)),
+    get: () => (signal ??= ended ? AbortSignal.abort(new LeaseNotActiveError(lease.id, ended)) : watches().signalOf(lease)),
     destroyed() {
       if (signal) return watches().endNow(lease.id);
-      ended ??= new LeaseNotActiveError(lease.id, whyEnded(null, lease.expiresAt, sources.clock.now()));
+      ended ??= whyEnded(null, lease.expiresAt, sources.clock.now());
     },
   };
 }
