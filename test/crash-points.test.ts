@@ -8,7 +8,7 @@ import { internals } from '../lib/broker/index.js';
 import { CRASH_POINTS, type CrashPoint } from '../lib/engine/crash-points.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import type { DatabaseOptions } from '../lib/store/open.js';
-import { hooksLeftOut } from './fixtures/crash-point-shapes.js';
+import { hooksLeftOut, maxResources } from './fixtures/crash-point-shapes.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { freshSchema, tier, tierUrl } from './helpers/tier.js';
 
@@ -71,7 +71,7 @@ describe(`crash points (${tier} tier)`, () => {
     const died = await runChild(database, point);
     expect({ point, signal: died.signal, out: died.out.trim().split('\n').at(-1) }).toEqual({ point, signal: 'SIGKILL', out: `crash ${point}` });
 
-    const bp = fakeBlueprint({ name: 'f', exclusive: true, limits: { maxResources: 2 }, without: hooksLeftOut(point) });
+    const bp = fakeBlueprint({ name: 'f', exclusive: true, limits: { maxResources: maxResources(point) }, without: hooksLeftOut(point) });
     const started = Date.now();
     const broker = track(await createBroker({ database, blueprints: [bp], claimTtl: { seconds: 1 }, sweepInterval: { milliseconds: 100 } }));
     // First the new broker finishes what the dead one left half done: every lease ends

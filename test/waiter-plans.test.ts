@@ -96,10 +96,15 @@ describe(`picking a waiter among ${WAITING} costs one look per waiting lease, wi
 
   const now = () => new Date().toISOString();
 
-  test('the hand-off of a freed resource: the first come, its work item found by key', async () => {
+  test.each([
+    ['woken only', null],
+    ['its work item claimed for the worker that frees the resource', 'worker-1'],
+  ])('the hand-off of a freed resource (%s): the first come, its work item found by key', async (_, worker) => {
     const { store } = internals.get(broker)!;
-    const { plan, row } = await explain(broker, store.sql.handOff, ['fake', ['pool'], now(), resourceId]);
+    const until = new Date(Date.now() + 60_000).toISOString();
+    const { plan, row } = await explain(broker, store.sql.handOff, ['fake', ['pool'], now(), resourceId, worker, worker && until]);
     expect(row?.object_id).toBe(firstWaiter);
+    expect(row?.claimed).toBe(worker !== null);
     const touched = rowsTouched(plan);
     expect(touched.joinFiltered).toBe(0);
     expect(touched.workItems).toBeLessThanOrEqual(2);

@@ -1,5 +1,7 @@
+import { internals } from '../lib/broker/index.js';
+import type { WorkDone } from '../lib/engine/runtime.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
-import { guardBrokers, testBroker } from './helpers/broker.js';
+import { guardBrokers, realBroker, testBroker } from './helpers/broker.js';
 
 guardBrokers();
 
@@ -82,4 +84,33 @@ describe('waking waiting leases', () => {
     await timed.release();
     await broker.close();
   });
+
+  test('with createBroker on the real clock, the worker that destroys the holder runs the waiter\'s pass itself: no claim of the queue hands it over', async () => {
+    const bp = fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } });
+    const broker = await realBroker({ blueprints: [bp] });
+    const work: WorkDone[] = [];
+    const stop = internals.get(broker)!.events.on('work.done', (w: WorkDone) => void work.push(w));
+    try {
+      for (let round = 0; round < 3; round++) {
+        const holder = await broker.acquire({ type: 'fake' });
+        const waiter = await broker.requestLease({ type: 'fake' });
+        // Its first pass over: it waits for the only resource, its work item unclaimed.
+        const deadline = Date.now() + 10_000;
+        while ((await broker.logs({ lease: waiter.id, type: 'lease.waiting-for-resources' })).length === 0 || internals.get(broker)!.engine!.inflightKeys().includes(`lease:${waiter.id}`)) {
+          if (Date.now() > deadline) throw new Error('the second lease never waited');
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        work.length = 0;
+        await holder.release();
+        const lease = await waiter.whenActive({ timeout: { seconds: 10 } });
+        // The waiter's pass ran, and no claim of the queue found anything to claim on the way.
+        expect(work.some((w) => w.unit === 'pass' && w.kind === 'lease' && w.id === waiter.id)).toBe(true);
+        expect(work.filter((w) => w.unit === 'claim').reduce((n, w) => n + (w.unit === 'claim' ? w.claimed : 0), 0)).toBe(0);
+        await lease.release();
+      }
+    } finally {
+      stop();
+    }
+    await broker.close();
+  }, 60_000);
 });

@@ -44,6 +44,9 @@ export const CRASH_POINTS = [
   // destroy resource
   'destroyResource.before',
   'destroyResource.after',
+  // a lease's destroy handed its resource to a waiting lease and claimed the waiter's work
+  // item for this worker (committed); the waiter's pass has not begun
+  'handOff.claimed',
   // a pass decided its outcome; its work item is not yet updated
   'pass.decided',
 ] as const;

@@ -254,6 +254,21 @@ export class Engine {
     if (next) this.scheduleAt(next);
   }
 
+  /**
+   * Runs the pass of a waiting lease whose work item this worker's hand-off claimed (see
+   * `LeaseClaim.handOffTo`): queued for the slot of the pass that ends, and in flight from
+   * now, so that its claim is kept alive meanwhile. A crash before it runs leaves the
+   * claim to lapse, and the lease, due, to the next worker that claims it.
+   */
+  private runHandedOff(item: ClaimedWork) {
+    crashPoint('handOff.claimed');
+    const key = `${item.kind}:${item.id}`;
+    // Already running here (claimed again by its own pass's worker): that pass goes on.
+    if (this.inflight.has(key)) return;
+    this.inflight.set(key, item);
+    void this.queue.add(() => this.run(item), { priority: item.priority });
+  }
+
   /** Arms the clock timer for `next` unless one fires earlier already. */
   private scheduleAt(next: DateTime) {
     const { clock } = this.rt;
@@ -282,7 +297,7 @@ export class Engine {
       try {
         outcome =
           item.kind === 'lease'
-            ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts, wakeCount: item.wakeCount }, item.moved)
+            ? await processLease(this.rt, { id: item.id, chained: item.chained, attempts: item.attempts, wakeCount: item.wakeCount, handOffTo: this.stopped ? undefined : { worker: workerId, ttl: this.options.claimTtl } }, item.moved)
             : await processResource(this.rt, { id: item.id, attempts: item.attempts });
         observed(outcome);
       } catch (error) {
@@ -296,6 +311,7 @@ export class Engine {
         outcome = { next: 'at', at: clock.now().plus({ milliseconds: exponentialMs(200, 30_000, attempts) }), attempts };
       }
       if (this.halted) return;
+      if ((outcome.next === 'delete' || outcome.next === 'deleted') && outcome.then) this.runHandedOff(outcome.then);
       crashPoint('pass.decided');
       // The destroy's own statement deleted the item (no wake came during the pass).
       if (outcome.next === 'deleted') return;

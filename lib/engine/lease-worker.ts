@@ -1,7 +1,7 @@
-import type { DateTime } from 'luxon';
+import type { DateTime, Duration } from 'luxon';
 import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
-import type { LeaseRow, ReleasedBy, ResourceRow, Unit } from '../store/store.js';
+import type { ClaimedWork, LeaseRow, ReleasedBy, ResourceRow, Unit } from '../store/store.js';
 import { after, humanDuration } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
@@ -17,6 +17,13 @@ export interface LeaseClaim {
   attempts: number;
   /** The claimed work item's wake count: the destroy deletes the item only if no wake came during the pass. */
   wakeCount: number;
+  /**
+   * The worker whose slot runs this pass, and how long its claims live: a hand-off at the
+   * lease's end claims the waiter's work item for it, so that the waiter's pass runs next
+   * in that slot. Absent (the holder's release run inline with no slot): the waiter is
+   * only woken, for whichever worker claims it first.
+   */
+  handOffTo?: { worker: string; ttl: Duration };
   /**
    * A CAS of this pass recorded the intent of a phase whose hook has not been called yet
    * (acquired: activate; released: destroy). Kept for the whole pass, so a read in
@@ -269,18 +276,26 @@ interface Ending {
   lease: LeaseRow;
   resource: ResourceRow | null;
   blueprint: Blueprint<any, any, any> | undefined;
-  claim: Pick<LeaseClaim, 'wakeCount'>;
+  claim: Pick<LeaseClaim, 'wakeCount' | 'handOffTo'>;
   releasedBy?: ReleasedBy;
 }
 
-/** The transaction that ends a lease: destroyed (and released with it, given `releasedBy`), and its freed capacity handed on. */
+/**
+ * The transaction that ends a lease: destroyed (and released with it, given `releasedBy`),
+ * and its freed capacity handed on; the waiter's work item, when the hand-off claimed it
+ * for this pass's worker, is the outcome's `then`.
+ */
 async function destroyAndHandOff(rt: Runtime, ending: Ending): Promise<Outcome> {
-  const workDropped = await rt.store.unit((u) => destroyIn(rt, u, ending));
-  return workDropped ? WORK_DROPPED : DROP_WORK;
+  const { dropped, handedTo } = await rt.store.unit((u) => destroyIn(rt, u, ending));
+  if (!handedTo) return dropped ? WORK_DROPPED : DROP_WORK;
+  return { next: dropped ? 'deleted' : 'delete', then: handedTo };
 }
 
-/** `destroyAndHandOff` in a transaction of the caller's; resolves with whether the lease's work item went with it. */
-async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, claim, releasedBy }: Ending): Promise<boolean> {
+/**
+ * `destroyAndHandOff` in a transaction of the caller's; resolves with whether the lease's
+ * work item went with it, and the waiter's work item the hand-off claimed, if it did.
+ */
+async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, claim, releasedBy }: Ending): Promise<{ dropped: boolean; handedTo: ClaimedWork | null }> {
   const { store } = rt;
   // One statement: the lease is destroyed, its slot locks go, a reservation it held goes
   // to the next waiter, its resource counts one lease fewer (idle from now if it was the
@@ -297,7 +312,7 @@ async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, cla
   for (const f of freed) await store.wakeNextWaiting(u, [f.type], [f.blueprint]);
   // A place in each quota that counted it: the best waiter the quota holds back looks now.
   if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
-  if (!left) return dropped;
+  if (!left) return { dropped, handedTo: null };
   const idle = left.leaseCount === 0;
   const active = left.status === 'active';
   // Recycled or of a draining blueprint: it takes no new lease, so it is handed to no waiter.
@@ -306,8 +321,10 @@ async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, cla
   // expiry or a recycling age to schedule, or be retired and go now.
   if (idle && (!active || blueprint?.limits.idleExpiry || mayRetire(blueprint, left))) await store.wake(u, 'resource', [left.id]);
   // No lease waited for it when the destroy ran: no hand-off (one statement fewer on the usual release).
-  if (active && !retired && waiting) await store.handOff(u, left.id, left.type, left.blueprint);
-  return dropped;
+  if (!(active && !retired && waiting)) return { dropped, handedTo: null };
+  const to = claim.handOffTo;
+  const handed = await store.handOff(u, left.id, left.type, left.blueprint, to && { worker: to.worker, until: after(u.now, to.ttl) });
+  return { dropped, handedTo: handed?.claimed ?? null };
 }
 
 /** Why `releaseInline` left the release to the lease's worker: the transaction is rolled back, undoing the claim. */

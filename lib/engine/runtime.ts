@@ -4,7 +4,7 @@ import type { Blueprint } from '../blueprint/contract.js';
 import type { Clock } from '../clock.js';
 import type { Lease } from '../model/lease.js';
 import type { NormalizedSpec } from '../model/spec.js';
-import type { LeaseRow, ResourceRow } from '../store/store.js';
+import type { ClaimedWork, LeaseRow, ResourceRow } from '../store/store.js';
 import type { StoreBackend } from '../store/backend.js';
 import type { HookError } from '../errors/hook-error.js';
 
@@ -73,12 +73,15 @@ export interface HookCall {
   error: HookError | null;
 }
 
-/** What one pass over an object decided about its work item. */
+/**
+ * What one pass over an object decided about its work item. `then`: a waiting lease's
+ * work item the pass's hand-off claimed for this worker, whose pass runs next.
+ */
 export type Outcome =
   | { next: 'park' }
   | { next: 'at'; at: DateTime; attempts?: number }
-  | { next: 'delete' }
-  | { next: 'deleted' }
+  | { next: 'delete'; then?: ClaimedWork }
+  | { next: 'deleted'; then?: ClaimedWork }
   /** The statement that ended the pass also released its claim on the work item: due again at once (a wake came during the pass), at `at`, or parked. */
   | { next: 'finished'; due: boolean; at: DateTime | null };
 

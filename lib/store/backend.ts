@@ -385,8 +385,10 @@ export interface StoreBackend {
    * Freed capacity on an active resource goes to the best-ranked waiting lease: it is
    * woken and the resource is reserved for it, so a newcomer cannot jump the queue.
    * If it cannot use the resource it drops the reservation and passes the wake on.
+   * With `claimFor`, the waiter's work item is claimed by that worker too when no live
+   * claim holds it: `claimed` is then the item, for the worker to run.
    */
-  handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null>;
+  handOff(unit: Unit, resourceId: string, type: string, blueprint: string, claimFor?: { worker: string; until: DateTime }): Promise<{ lease: string; claimed: ClaimedWork | null } | null>;
   /** A reservation held by a lease that stops waiting frees its resource for the next waiter. */
   dropReservation(unit: Unit, lease: Pick<LeaseRow, 'id' | 'allocatingResourceId'>): Promise<void>;
   /** Records a command to an object and makes its work item due; the object's own worker consumes it. */

@@ -674,13 +674,18 @@ export class Store implements StoreBackend {
    * If it cannot use the resource it drops the reservation and passes the wake on. That
    * lease is chosen by rank alone, a wake already due for it or a statement holding it
    * notwithstanding: passed over, it lost its turn to the lease after it. One statement
-   * (`handOff` of the SQL) wakes it and reserves the resource.
+   * (`handOff` of the SQL) wakes it and reserves the resource, and with `claimFor` claims
+   * its work item for that worker when no live claim holds it.
    */
-  async handOff(unit: Unit, resourceId: string, type: string, blueprint: string): Promise<string | null> {
-    const [row] = await unit.sql.query(this.sql.handOff, [type, [blueprint], toDb(unit.now), resourceId]);
-    const next: string | null = row?.object_id ?? null;
-    if (next) unit.woke = true;
-    return next;
+  async handOff(unit: Unit, resourceId: string, type: string, blueprint: string, claimFor?: { worker: string; until: DateTime }): Promise<{ lease: string; claimed: ClaimedWork | null } | null> {
+    const [row] = await unit.sql.query(this.sql.handOff, [type, [blueprint], toDb(unit.now), resourceId, claimFor?.worker ?? null, toDb(claimFor?.until ?? null)]);
+    if (!row) return null;
+    const lease: string = row.object_id;
+    if (!row.claimed) {
+      unit.woke = true;
+      return { lease, claimed: null };
+    }
+    return { lease, claimed: { kind: 'lease', id: lease, wakeCount: Number(row.wake_count), chained: true, attempts: Number(row.attempts), priority: Number(row.priority ?? 0) } };
   }
 
   /** A reservation held by a lease that stops waiting frees its resource for the next waiter. */

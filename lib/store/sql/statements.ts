@@ -236,6 +236,10 @@ export function statements(schema: string, agingMs: number | null = null) {
     // free; this one at worst leaves the lease pointing at a resource it then finds taken
     // and lets go of. The updates of the lease and the resource re-check their conditions
     // on the newest row versions, as separate statements would.
+    // With a worker ($5, claimed until $6), the waiter's work item is also claimed by it
+    // when no live claim holds it (judged on the newest row version, as every SET is):
+    // the worker that freed the resource then runs the waiter's pass itself, with no claim
+    // round trip. `claimed` says whether this statement's claim is the one the row has.
     handOff: `
       WITH next AS (
         SELECT l.id FROM ${S}.leases l
@@ -246,9 +250,11 @@ export function statements(schema: string, agingMs: number | null = null) {
         LIMIT 1
         FOR UPDATE OF l),
       woke AS (
-        UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), chained = true, wake_count = w.wake_count + 1
+        UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), chained = true, wake_count = w.wake_count + 1,
+          claimed_by = CASE WHEN $5::text IS NOT NULL AND (w.claimed_by IS NULL OR w.claim_expires_at < $3) THEN $5::text ELSE w.claimed_by END,
+          claim_expires_at = CASE WHEN $5::text IS NOT NULL AND (w.claimed_by IS NULL OR w.claim_expires_at < $3) THEN $6::timestamptz ELSE w.claim_expires_at END
         WHERE w.object_kind = 'lease' AND w.object_id = (SELECT id FROM next)
-        RETURNING w.object_id),
+        RETURNING w.object_id, w.wake_count, w.attempts, w.priority, w.claimed_by = $5::text AND w.claim_expires_at = $6::timestamptz AS claimed),
       ptr AS (
         UPDATE ${S}.leases SET allocating_resource_id = $4
         WHERE id = (SELECT object_id FROM woke) AND status = 'pending' AND allocating_resource_id IS NULL
@@ -258,7 +264,8 @@ export function statements(schema: string, agingMs: number | null = null) {
         UPDATE ${S}.resources SET reserved_for = (SELECT id FROM ptr)
         WHERE id = $4 AND status = 'active' AND reserved_for IS NULL AND EXISTS (SELECT 1 FROM ptr)
         RETURNING id)
-      SELECT (SELECT object_id FROM woke) AS object_id, EXISTS (SELECT 1 FROM reserved) AS reserved`,
+      SELECT woke.object_id, woke.wake_count, woke.attempts, woke.priority, COALESCE(woke.claimed, false) AS claimed, EXISTS (SELECT 1 FROM reserved) AS reserved
+      FROM woke`,
 
     // All or nothing: ON CONFLICT DO NOTHING waits on a concurrent insert of the same key
     // and then skips it. The keys returned are the conflicts: neither inserted now nor
