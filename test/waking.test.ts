@@ -85,8 +85,11 @@ describe('waking waiting leases', () => {
     await broker.close();
   });
 
-  test('with createBroker on the real clock, the worker that destroys the holder runs the waiter\'s pass itself: no claim of the queue hands it over', async () => {
-    const bp = fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } });
+  test.each([
+    ['a worker\'s destroy pass (every per-lease hook)', [] as const],
+    ['the holder\'s inline release (no releaseLease or destroyLease)', ['releaseLease', 'destroyLease'] as const],
+  ])('with createBroker on the real clock, the broker that destroys the holder in %s runs the waiter\'s pass itself: no claim of the queue hands it over', async (_, without) => {
+    const bp = fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 }, without: [...without] });
     const broker = await realBroker({ blueprints: [bp] });
     const work: WorkDone[] = [];
     const stop = internals.get(broker)!.events.on('work.done', (w: WorkDone) => void work.push(w));

@@ -41,6 +41,9 @@ export const CRASH_POINTS = [
   // ... on a blueprint with releaseLease or destroyLease: released with the intent to
   // destroy, the claim held, the pass that runs the destroy phase not yet begun
   'releaseInline.released',
+  // ... on a blueprint with neither: destroyed, and a waiting lease's work item claimed by
+  // the hand-off in the same transaction (committed); the waiter's pass not yet begun
+  'releaseInline.handedOff',
   // destroy resource
   'destroyResource.before',
   'destroyResource.after',

@@ -212,7 +212,7 @@ export class Engine {
     const reserve = () => (reserved = this.reserve() !== null);
     let result: InlineRelease;
     try {
-      result = await releaseInline(this.rt, leaseId, blueprint, written, after(this.rt.clock.now(), this.options.claimTtl), reserve);
+      result = await releaseInline(this.rt, leaseId, blueprint, written, after(this.rt.clock.now(), this.options.claimTtl), reserve, this.options.claimTtl);
     } catch (error) {
       if (reserved) this.unreserve();
       throw error;
@@ -220,6 +220,14 @@ export class Engine {
     if (result?.done === 'released') {
       this.adopt('lease', leaseId, result.moved, result.wakeCount);
       return 'released';
+    }
+    if (result?.handedTo) {
+      crashPoint('releaseInline.handedOff');
+      // Already running here (its claim had lapsed): that pass goes on, and the slot is given back.
+      if (!this.inflight.has(`lease:${result.handedTo.id}`)) {
+        this.adoptClaimed(result.handedTo);
+        return 'destroyed';
+      }
     }
     if (reserved) this.unreserve();
     return result?.done ?? null;
@@ -241,10 +249,14 @@ export class Engine {
    * hooks ran inline, or of a `release()`, which `close()` waits for.
    */
   adopt(kind: ObjectKind, id: string, moved?: LeaseMoved, wakeCount = 0): void {
+    this.adoptClaimed({ kind, id, wakeCount, chained: false, attempts: 0, priority: 0, moved });
+  }
+
+  /** `adopt`, for an item as a claim returned it (a waiting lease a hand-off claimed). */
+  private adoptClaimed(item: ClaimedItem): void {
     const handOver = this.reservations.shift();
     if (this.halted) return handOver?.(null);
-    const item: ClaimedItem = { kind, id, wakeCount, chained: false, attempts: 0, priority: 0, moved };
-    this.inflight.set(`${kind}:${id}`, item);
+    this.inflight.set(`${item.kind}:${item.id}`, item);
     handOver?.(item);
   }
 

@@ -332,11 +332,12 @@ class NotInline extends Error {}
 
 /**
  * What the holder's release run inline did: the lease is destroyed already (its blueprint
- * has no hook to call at its end), or released with the intent to destroy, and `moved` and
- * the claim's `wakeCount` are for the pass, in the slot the caller reserved, that runs its
- * destroy phase. Null: nothing was written, and the release goes to the lease's worker.
+ * has no hook to call at its end), with `handedTo` the waiting lease whose work item its
+ * hand-off claimed, or released with the intent to destroy, and `moved` and the claim's
+ * `wakeCount` are for the pass that runs its destroy phase. Either pass runs in the slot
+ * the caller reserved. Null: nothing was written, and the release goes to the lease's worker.
  */
-export type InlineRelease = { done: 'destroyed' } | { done: 'released'; moved: LeaseMoved; wakeCount: number } | null;
+export type InlineRelease = { done: 'destroyed'; handedTo: ClaimedWork | null } | { done: 'released'; moved: LeaseMoved; wakeCount: number } | null;
 
 /**
  * The holder's own release, run inline by its broker: when no worker holds the lease's work
@@ -349,7 +350,9 @@ export type InlineRelease = { done: 'destroyed' } | { done: 'released'; moved: L
  * under the claim it now holds, in a slot `reserve` promised first: a command write, a
  * claim and a read fewer than the worker's path. Resolves null, with nothing written, when
  * the usual path must run instead: no slot is free, a worker holds the item, or the lease
- * is not active or has commands waiting.
+ * is not active or has commands waiting. With no hook to call, a slot is still asked for,
+ * not needed: with one, a waiting lease the hand-off finds runs its pass there next
+ * (`handOffTtl`, how long that claim lives), as after a worker's destroy.
  */
 export async function releaseInline(
   rt: Runtime,
@@ -358,12 +361,14 @@ export async function releaseInline(
   written: { data: { reason: string }; author: string | null },
   claimUntil: DateTime,
   reserve: () => boolean,
+  handOffTtl: Duration,
 ): Promise<InlineRelease> {
   const { store } = rt;
   const blueprint = rt.blueprints.get(blueprintName);
   if (!blueprint) return null;
   const hooks = !endsWithoutHooks(blueprint);
-  if (hooks && !reserve()) return null;
+  const slot = reserve();
+  if (hooks && !slot) return null;
   let result: InlineRelease;
   try {
     result = await store.unit(async (u): Promise<InlineRelease> => {
@@ -374,8 +379,9 @@ export async function releaseInline(
       crashPoint('releaseInline.claimed');
       const released = { type: 'lease.released' as const, data: { reason: written.data.reason, author: written.author }, lease: leaseId };
       if (!hooks) {
-        await destroyIn(rt, u, { lease, resource, blueprint, claim: claimed, releasedBy: { written, logs: [released] } });
-        return { done: 'destroyed' };
+        const handOffTo = slot ? { worker: rt.workerId, ttl: handOffTtl } : undefined;
+        const { handedTo } = await destroyIn(rt, u, { lease, resource, blueprint, claim: { ...claimed, handOffTo }, releasedBy: { written, logs: [released] } });
+        return { done: 'destroyed', handedTo };
       }
       // As the worker's consumption of the command leaves it: released, with the intent to
       // destroy. A lease that moved on since the read is the worker's path again, not an error.
