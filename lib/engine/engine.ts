@@ -209,7 +209,8 @@ export class Engine {
    */
   async releaseInline(leaseId: string, blueprint: string, written: { data: { reason: string }; author: string | null }): Promise<'destroyed' | 'released' | null> {
     let reserved = false;
-    const reserve = () => (reserved = this.reserve() !== null);
+    // At most one slot, however often it is asked for.
+    const reserve = () => reserved || (reserved = this.reserve() !== null);
     let result: InlineRelease;
     try {
       result = await releaseInline(this.rt, leaseId, blueprint, written, after(this.rt.clock.now(), this.options.claimTtl), reserve, this.options.claimTtl);

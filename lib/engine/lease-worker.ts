@@ -20,10 +20,11 @@ export interface LeaseClaim {
   /**
    * The worker whose slot runs this pass, and how long its claims live: a hand-off at the
    * lease's end claims the waiter's work item for it, so that the waiter's pass runs next
-   * in that slot. Absent (the holder's release run inline with no slot): the waiter is
-   * only woken, for whichever worker claims it first.
+   * in that slot. `slot`: the slot is still to be asked for, and only a hand-off does (it
+   * may be called again if the transaction is run again). Absent, or no slot free: the
+   * waiter is only woken, for whichever worker claims it first.
    */
-  handOffTo?: { worker: string; ttl: Duration };
+  handOffTo?: { worker: string; ttl: Duration; slot?: () => boolean };
   /**
    * A CAS of this pass recorded the intent of a phase whose hook has not been called yet
    * (acquired: activate; released: destroy). Kept for the whole pass, so a read in
@@ -323,7 +324,8 @@ async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, cla
   // No lease waited for it when the destroy ran: no hand-off (one statement fewer on the usual release).
   if (!(active && !retired && waiting)) return { dropped, handedTo: null };
   const to = claim.handOffTo;
-  const handed = await store.handOff(u, left.id, left.type, left.blueprint, to && { worker: to.worker, until: after(u.now, to.ttl) });
+  const claimFor = to && (!to.slot || to.slot()) ? { worker: to.worker, until: after(u.now, to.ttl) } : undefined;
+  const handed = await store.handOff(u, left.id, left.type, left.blueprint, claimFor);
   return { dropped, handedTo: handed?.claimed ?? null };
 }
 
@@ -350,9 +352,10 @@ export type InlineRelease = { done: 'destroyed'; handedTo: ClaimedWork | null } 
  * under the claim it now holds, in a slot `reserve` promised first: a command write, a
  * claim and a read fewer than the worker's path. Resolves null, with nothing written, when
  * the usual path must run instead: no slot is free, a worker holds the item, or the lease
- * is not active or has commands waiting. With no hook to call, a slot is still asked for,
- * not needed: with one, a waiting lease the hand-off finds runs its pass there next
- * (`handOffTtl`, how long that claim lives), as after a worker's destroy.
+ * is not active or has commands waiting. With no hook to call, a slot is asked for only
+ * when a lease waits for the resource: the hand-off claims that lease's work item for it
+ * (`handOffTtl`, how long that claim lives), and its pass runs there next, as after a
+ * worker's destroy. `reserve` must be idempotent: a transaction may run again.
  */
 export async function releaseInline(
   rt: Runtime,
@@ -367,8 +370,7 @@ export async function releaseInline(
   const blueprint = rt.blueprints.get(blueprintName);
   if (!blueprint) return null;
   const hooks = !endsWithoutHooks(blueprint);
-  const slot = reserve();
-  if (hooks && !slot) return null;
+  if (hooks && !reserve()) return null;
   let result: InlineRelease;
   try {
     result = await store.unit(async (u): Promise<InlineRelease> => {
@@ -379,7 +381,7 @@ export async function releaseInline(
       crashPoint('releaseInline.claimed');
       const released = { type: 'lease.released' as const, data: { reason: written.data.reason, author: written.author }, lease: leaseId };
       if (!hooks) {
-        const handOffTo = slot ? { worker: rt.workerId, ttl: handOffTtl } : undefined;
+        const handOffTo = { worker: rt.workerId, ttl: handOffTtl, slot: reserve };
         const { handedTo } = await destroyIn(rt, u, { lease, resource, blueprint, claim: { ...claimed, handOffTo }, releasedBy: { written, logs: [released] } });
         return { done: 'destroyed', handedTo };
       }
