@@ -13,7 +13,6 @@ const resourcesOf = async (broker: Broker, type = 'host') => (await broker.lease
 const releaseReasons = async (broker: Broker) =>
   (await broker.logs({ type: 'resource.released' })).map((e) => (e.data as { reason: string }).reason);
 
-/** Polls a real-clock broker (its own workers) until `done` holds. */
 /**
  * What a hand-off does to a resource, forced in SQL: promises it to a waiting lease (`lease`),
  * or lets go of the promise (null) as `forgetReservation` does, which wakes nothing.
@@ -23,6 +22,7 @@ async function promise(broker: Broker, resource: string, lease: string | null) {
   await db.query(`UPDATE ${store.s}.resources SET reserved_for = $2 WHERE id = $1`, [resource, lease]);
 }
 
+/** Polls a real-clock broker (its own workers) until `done` holds. */
 async function eventually(done: () => Promise<boolean>, what: string, ms = 30_000) {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {

@@ -2,6 +2,7 @@ import { internals } from '../lib/broker/index.js';
 import type { WorkDone } from '../lib/engine/runtime.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, realBroker, testBroker } from './helpers/broker.js';
+import { untilWaiting } from './helpers/waiting-lease.js';
 
 guardBrokers();
 
@@ -98,11 +99,7 @@ describe('waking waiting leases', () => {
         const holder = await broker.acquire({ type: 'fake' });
         const waiter = await broker.requestLease({ type: 'fake' });
         // Its first pass over: it waits for the only resource, its work item unclaimed.
-        const deadline = Date.now() + 10_000;
-        while ((await broker.logs({ lease: waiter.id, type: 'lease.waiting-for-resources' })).length === 0 || internals.get(broker)!.engine!.inflightKeys().includes(`lease:${waiter.id}`)) {
-          if (Date.now() > deadline) throw new Error('the second lease never waited');
-          await new Promise((r) => setTimeout(r, 10));
-        }
+        await untilWaiting(broker, waiter.id, 10_000);
         work.length = 0;
         await holder.release();
         const lease = await waiter.whenActive({ timeout: { seconds: 10 } });

@@ -1,0 +1,16 @@
+import { internals } from '../../lib/broker/index.js';
+import type { Broker } from '../../lib/index.js';
+
+/**
+ * Resolves once lease `id` waits for a resource with its first pass over (its work item
+ * unclaimed): a hand-off from then on finds it free to claim. For a real-clock broker of
+ * this process (its own workers); also used by the crash-point child.
+ */
+export async function untilWaiting(broker: Broker, id: string, ms = 30_000): Promise<void> {
+  const engine = internals.get(broker)!.engine!;
+  const deadline = Date.now() + ms;
+  while ((await broker.logs({ lease: id, type: 'lease.waiting-for-resources' })).length === 0 || engine.inflightKeys().includes(`lease:${id}`)) {
+    if (Date.now() > deadline) throw new Error(`lease ${id} never waited for a resource`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
