@@ -4,7 +4,7 @@ import { internals } from '../lib/broker/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, track } from './helpers/broker.js';
 import { startCuttingProxy } from './helpers/cutting-proxy.js';
-import { channelFor, decodeHint, Listener, type Hint } from '../lib/store/notifier.js';
+import { channelFor, decodeHint, encodeHint, Listener, type Hint } from '../lib/store/notifier.js';
 import { until } from './helpers/pump.js';
 import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
@@ -184,6 +184,39 @@ describeOnPostgres('a hint is sent only when another broker listens', () => {
       await observer.close();
     }
   }, 60_000);
+
+  test('a broker heard while it connects, before it can send, still gets its catch-up', async () => {
+    // A notification can arrive in the same packet as the answer to LISTEN, before the
+    // listener has its connection to send on. Its catch-up for the broker just heard was
+    // dropped then, and never sent again: that broker was marked heard.
+    const schema = freshSchema('connecting');
+    const channel = channelFor(schema);
+    const observer = await overhear(schema);
+    const flood = new pg.Client({ connectionString: tierUrl! });
+    await flood.connect();
+    let flooding = true;
+    const flooded = (async () => {
+      // Another broker, 'a', saying it listens many times a second.
+      while (flooding) await flood.query('SELECT pg_notify($1, $2)', [channel, encodeHint({ from: 'a', work: false, leases: [] })]);
+    })();
+    const started: Listener[] = [];
+    try {
+      for (let i = 0; i < 30; i++) {
+        const self = `b${i}`;
+        const b = new Listener({ url: tierUrl!, channel, applicationName: 'slipway-test', self, presenceMs: 60_000, onHint: () => undefined, onConnected: () => undefined, onLost: () => undefined });
+        started.push(b);
+        await b.start();
+        await until(`${self} catches a up`, () => observer.heard.some((h) => h.from === self && h.work && h.leases === null && (h.to?.includes('a') ?? false)), 5_000);
+        await b.stop();
+      }
+    } finally {
+      flooding = false;
+      await flooded;
+      await flood.end();
+      for (const made of started) await made.stop();
+      await observer.close();
+    }
+  }, 120_000);
 });
 
 describeOnPostgres('a hand-off and the best waiter', () => {

@@ -185,7 +185,8 @@ export class Listener {
    * leases moved. Sent on this connection, so it costs the unit of work nothing; hints
    * given while one is on its way are merged into the next, so a busy broker sends
    * one NOTIFY per round trip, not one per commit. While the connection is down hints
-   * are dropped: they only make brokers look sooner, and the sweep covers the gap.
+   * wait, merged into one, and go out once it is back (they only make brokers look
+   * sooner, and the sweep covers the gap; a catch-up must still reach its broker).
    * With no other broker listening, nothing is sent (see the class).
    */
   send(hint: Hint): void {
@@ -200,11 +201,14 @@ export class Listener {
   private async flush(): Promise<void> {
     this.sending = true;
     try {
-      while (this.pending) {
+      while (this.pending && !this.stopped) {
+        const client = this.client;
+        // Not connected (yet, or any more): the hint waits, merged with later ones, and goes
+        // out with the presence sent on connecting. One heard while LISTEN's answer arrives
+        // comes before the connection is set, and its catch-up must not be lost.
+        if (!client) return;
         const hint = this.pending;
         this.pending = null;
-        const client = this.client;
-        if (!client || this.stopped) continue;
         this.lastSentAt = Date.now();
         // A failure here is the connection's: its error handler reconnects.
         await client.query('SELECT pg_notify($1, $2)', [this.options.channel, encodeHint(hint)]).catch(() => undefined);
