@@ -39,18 +39,26 @@ function bigRepo(path: string): { url: string; commit: string } {
   return { url: repo.url, commit: repo.git('rev-parse', 'main') };
 }
 
-/** Pids of running `git clone` processes whose argv names `path`. */
+/**
+ * Pids of running `git clone` processes whose argv names `path` and that lead their own process
+ * group (the test signals the group). A process read as it exits or execs is skipped.
+ */
 function clonesInto(path: string): number[] {
   const pids: number[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     let argv: string[];
+    let group: number;
     try {
       argv = readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0');
+      // stat is "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after its ')'.
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      group = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
     } catch {
       continue;
     }
-    if (argv[0] === 'git' && argv[1] === 'clone' && argv.some((a) => a.startsWith(path))) pids.push(Number(name));
+    const pid = Number(name);
+    if (argv[0] === 'git' && argv[1] === 'clone' && argv.some((a) => a.startsWith(path)) && group === pid) pids.push(pid);
   }
   return pids;
 }
@@ -125,7 +133,11 @@ describe('a broker SIGKILLed in the middle of git clone', () => {
     // process keeps jest from exiting).
     try {
       const leaseId = await first.leaseId;
-      [orphan] = await waitFor(() => clonesInto(root).length > 0 && clonesInto(root), 'the first broker to start git clone');
+      // One search per try: a second search could come back empty and leave no pid to signal.
+      [orphan] = await waitFor(() => {
+        const pids = clonesInto(root);
+        return pids.length > 0 && pids;
+      }, 'the first broker to start git clone');
       // git makes the directory a moment after it starts (later still on a loaded machine):
       // freeze the clone once the half-made directory is there, before anything else, so it
       // is surely still in flight. (Waiting for the registry first, the test once missed a
