@@ -218,6 +218,39 @@ describe('the shorter paths of a blueprint without lease hooks, on the real cloc
     await broker.close();
   });
 
+  test('a release that cannot run inline (a command waits for the lease) leaves nothing claimed: the lease\'s worker takes it at once, not after claimTtl', async () => {
+    // The claim and the release are one statement: the claim it took for a lease the release
+    // then refused must be undone with it, or the lease's worker waits for it to expire.
+    const calls: string[] = [];
+    const withHooks = defineBlueprint({
+      type: 'host',
+      async allocateResource() {},
+      async releaseLease(ctx) {
+        calls.push(`releaseLease ${ctx.lease.id}`);
+      },
+    })({ name: 'hooked' });
+    const broker = await realBroker({ blueprints: [withHooks], claimTtl: { seconds: 60 } });
+    const lease = await broker.acquire({ type: 'host' });
+    // A release command of another process, committed with no wake of the lease's worker
+    // (its wake comes later): the holder's release finds a command waiting.
+    const { db, store } = internals.get(broker)!;
+    await db.query(`INSERT INTO ${store.s}.commands (target_kind, target_id, command, data, author, created_at) VALUES ('lease', $1, 'release', '{"reason":"released"}', 'other', now())`, [lease.id]);
+    const started = Date.now();
+    await lease.release();
+    expect(Date.now() - started).toBeLessThan(20_000);
+    expect((await broker.leases.get(lease.id))!.status).toBe('destroyed');
+    // Both commands consumed by the worker, the holder's written unconsumed: not inline.
+    const commands = await db.query(`SELECT author, created_at = consumed_at AS same, outcome FROM ${store.s}.commands WHERE target_id = $1 ORDER BY id`, [lease.id]);
+    expect(commands.map((c) => [c.author, c.same])).toEqual([
+      ['other', false],
+      ['holder', false],
+    ]);
+    const [claimed] = await db.query(`SELECT count(*)::int AS n FROM ${store.s}.work_items WHERE claimed_by IS NOT NULL`);
+    expect(claimed.n).toBe(0);
+    expect(calls).toEqual([`releaseLease ${lease.id}`]);
+    await broker.close();
+  });
+
   test('release({ wait: false }) is inline too: the lease is released when it returns, with its command written consumed, and destroyed by this broker', async () => {
     const calls: string[] = [];
     const withHooks = defineBlueprint({

@@ -36,10 +36,11 @@ export const CRASH_POINTS = [
   // lease released and destroyed with it in one statement, the pass not yet on
   'releaseAtOnce.before',
   'releaseAtOnce.after',
-  // the holder's release run inline: the lease's work item claimed in its transaction, nothing written yet (rolled back)
+  // the holder's release run inline on a blueprint with no releaseLease or destroyLease: the
+  // lease's work item claimed in its transaction, nothing written yet (rolled back)
   'releaseInline.claimed',
-  // ... on a blueprint with releaseLease or destroyLease: released with the intent to
-  // destroy, the claim held, the pass that runs the destroy phase not yet begun
+  // ... on a blueprint with releaseLease or destroyLease: claimed and released with the intent
+  // to destroy in one statement, the claim held, the pass that runs the destroy phase not yet begun
   'releaseInline.released',
   // ... on a blueprint with neither: destroyed, and a waiting lease's work item claimed by
   // the hand-off in the same transaction (committed); the waiter's pass not yet begun

@@ -343,14 +343,15 @@ export type InlineRelease = { done: 'destroyed'; handedTo: ClaimedWork | null } 
 
 /**
  * The holder's own release, run inline by its broker: when no worker holds the lease's work
- * item, the caller claims it in a transaction (becoming the lease's single writer for that
- * instant) and writes its release command already consumed by the status change it causes.
- * On a blueprint with neither `releaseLease` nor `destroyLease` the lease is released and
+ * item, the caller claims it (becoming the lease's single writer for that instant) and
+ * writes its release command already consumed by the status change it causes. On a
+ * blueprint with neither `releaseLease` nor `destroyLease` the lease is released and
  * destroyed there, and its capacity handed on: one transaction, no worker pass. On a
  * blueprint with either, the lease is released with the intent to destroy (as a consumed
- * command leaves it), and the caller runs the destroy phase as a pass of its own workers
- * under the claim it now holds, in a slot `reserve` promised first: a command write, a
- * claim and a read fewer than the worker's path. Resolves null, with nothing written, when
+ * command leaves it) in the statement that claims it, and the caller runs the destroy phase
+ * as a pass of its own workers under the claim it now holds, in a slot `reserve` promised
+ * first: a command write, a claim and a read fewer than the worker's path, and one
+ * statement with no transaction around it. Resolves null, with nothing written, when
  * the usual path must run instead: no slot is free, a worker holds the item, or the lease
  * is not active or has commands waiting. With no hook to call, a slot is asked for only
  * when a lease waits for the resource: the hand-off claims that lease's work item for it
@@ -369,36 +370,31 @@ export async function releaseInline(
   const { store } = rt;
   const blueprint = rt.blueprints.get(blueprintName);
   if (!blueprint) return null;
-  const hooks = !endsWithoutHooks(blueprint);
-  if (hooks && !reserve()) return null;
-  let result: InlineRelease;
+  const released = { type: 'lease.released' as const, data: { reason: written.data.reason, author: written.author }, lease: leaseId };
+  if (!endsWithoutHooks(blueprint)) {
+    if (!reserve()) return null;
+    // As the worker's consumption of the command leaves it: released, with the intent to
+    // destroy; claim and release in one statement, which commits by itself. A lease that
+    // moved on, or is claimed, is the worker's path again, not an error.
+    const done = await store.single((u) => store.releaseClaimed(u, leaseId, blueprintName, { workerId: rt.workerId, until: claimUntil }, { written, logs: [released] }));
+    if (!done) return null;
+    // Released, the claim held by this broker and no pass running yet: a crash here leaves the claim to expire and another worker to resume the destroy phase.
+    crashPoint('releaseInline.released');
+    return { done: 'released', moved: { lease: done.lease, resource: done.resource, intent: 'destroy' }, wakeCount: done.wakeCount };
+  }
   try {
-    result = await store.unit(async (u): Promise<InlineRelease> => {
+    return await store.unit(async (u): Promise<InlineRelease> => {
       const claimed = await store.claimLease(u, leaseId, rt.workerId, claimUntil);
       const lease = claimed?.lease;
       const resource = lease ? resourceReadWith(lease) : null;
       if (!claimed || !lease || lease.status !== 'active' || lease.hasCommands || !resource || resource.blueprint !== blueprintName) throw new NotInline();
       crashPoint('releaseInline.claimed');
-      const released = { type: 'lease.released' as const, data: { reason: written.data.reason, author: written.author }, lease: leaseId };
-      if (!hooks) {
-        const handOffTo = { worker: rt.workerId, ttl: handOffTtl, slot: reserve };
-        const { handedTo } = await destroyIn(rt, u, { lease, resource, blueprint, claim: { ...claimed, handOffTo }, releasedBy: { written, logs: [released] } });
-        return { done: 'destroyed', handedTo };
-      }
-      // As the worker's consumption of the command leaves it: released, with the intent to
-      // destroy. A lease that moved on since the read is the worker's path again, not an error.
-      const cas = await store.casIf(u, 'lease', leaseId, 'active', 'released', { phase: 'destroy', phase_attempts: 1 }, {
-        logs: [released],
-        also: [store.releaseWrittenConsumed(written, u.now)],
-      });
-      if (!cas) throw new NotInline();
-      return { done: 'released', moved: { lease: cas.row, resource, intent: 'destroy' }, wakeCount: claimed.wakeCount };
+      const handOffTo = { worker: rt.workerId, ttl: handOffTtl, slot: reserve };
+      const { handedTo } = await destroyIn(rt, u, { lease, resource, blueprint, claim: { ...claimed, handOffTo }, releasedBy: { written, logs: [released] } });
+      return { done: 'destroyed', handedTo };
     });
   } catch (error) {
     if (error instanceof NotInline) return null;
     throw error;
   }
-  // Released, the claim held by this broker and no pass running yet: a crash here leaves the claim to expire and another worker to resume the destroy phase.
-  if (result?.done === 'released') crashPoint('releaseInline.released');
-  return result;
 }

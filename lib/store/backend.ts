@@ -500,6 +500,14 @@ export interface StoreBackend {
   ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean; waiting: boolean }>;
   /** See `claimLease` in store.ts: the lease's work item claimed in `unit` if no one holds it, and the lease read. */
   claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null>;
+  /** See `releaseClaimed` in store.ts: the holder's release run inline, claim and release in one statement of `unit`; null when it cannot run inline now. */
+  releaseClaimed(
+    unit: Unit,
+    leaseId: string,
+    blueprint: string,
+    claim: { workerId: string; until: DateTime },
+    released: { written: { data: JsonObject; author: string | null }; logs: LogInsert[] },
+  ): Promise<{ lease: LeaseRow; resource: ResourceRow; wakeCount: number } | null>;
   /** A write of the CAS statement that records the holder's release command already consumed (only if the CAS applies). */
   releaseWrittenConsumed(written: { data: JsonObject; author: string | null }, now: DateTime): AlsoWrite;
   /** A write of the CAS statement that consumes `commandId` (exactly once, only if the CAS applies). */

@@ -229,6 +229,44 @@ export class Store implements StoreBackend {
     return r ? { lease: leaseWithCommands(r), wakeCount: Number(r.claimed_wake_count) } : null;
   }
 
+  /**
+   * The holder's release run inline on a blueprint with a hook at the lease's end, in one
+   * statement of `unit`: the lease's work item claimed for `workerId` if no one holds it
+   * (a row another transaction locks is skipped), and the lease released with the intent to
+   * destroy, its release command written already consumed. Only while the lease is active,
+   * no command waits for it, no wake landed as the item was claimed, and its resource is of
+   * `blueprint`; otherwise nothing is written (the statement is undone if it had claimed the
+   * item) and the result is null. The claim is then the destroy phase's pass's.
+   */
+  async releaseClaimed(
+    unit: Unit,
+    leaseId: string,
+    blueprint: string,
+    claim: { workerId: string; until: DateTime },
+    released: { written: { data: JsonObject; author: string | null }; logs: LogInsert[] },
+  ): Promise<{ lease: LeaseRow; resource: ResourceRow; wakeCount: number } | null> {
+    let result: CasResult<LeaseRow> | null;
+    try {
+      result = await this.casIf(unit, 'lease', leaseId, 'active', 'released', { phase: 'destroy', phase_attempts: 1 }, {
+        logs: released.logs,
+        before: [
+          { name: 'seen', sql: (p) => this.sql.inlineReleaseSeen(p, leaseId) },
+          { name: 'claim', returning: true, sql: (p) => this.sql.inlineReleaseClaim(p, leaseId, claim.workerId, toDb(unit.now), toDb(claim.until)) },
+        ],
+        guard: (p) => this.sql.inlineReleaseGuard(p, leaseId, blueprint),
+        also: [this.releaseWrittenConsumed(released.written, unit.now), { name: 'resource', returning: true, sql: this.sql.inlineReleaseResource }],
+        failIf: this.sql.inlineReleaseFails(),
+      });
+    } catch (error) {
+      if ((error as { code?: unknown } | null)?.code === 'SW002') return null;
+      throw error;
+    }
+    const resource = result?.also.resource?.[0] as Record<string, any> | undefined;
+    const claimed = result?.also.claim?.[0] as { wake_count: number | string } | undefined;
+    if (!result || !resource || !claimed) return null;
+    return { lease: result.row, resource: mapResource(resource), wakeCount: Number(claimed.wake_count) };
+  }
+
   /** A lease and, in the same read, its resource (what `acquire()` hands over). */
   async leaseWithResource(id: string): Promise<LeaseWithResource | null> {
     const rows = await this.db.query(this.sql.leaseWithResource, [id]);

@@ -66,6 +66,27 @@ export function casWrites(S: string) {
         WHERE w.object_kind = 'lease' AND w.object_id = (SELECT id FROM upd) AND w.claimed_by = ${p.add(workerId)}
           AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = (SELECT id FROM upd) AND c.consumed_at IS NULL)
         RETURNING w.run_at, w.run_at IS NOT NULL AND w.run_at <= ${p.add(now)}::timestamptz AS due`,
+    // The holder's release run inline, as one statement: the lease's work item in the
+    // statement's snapshot (`seen`), and its claim for the releasing broker at its newest
+    // version (`claim`), as Store.claimLease makes them; the release's guard then asks that
+    // no wake landed in between (a command committed after the snapshot, which the guard's
+    // read of the commands would miss), that no command waits, and that the lease's
+    // resource is of the blueprint whose hooks the releasing broker runs.
+    inlineReleaseSeen: (p: Params, leaseId: string) => `SELECT wake_count FROM ${S}.work_items WHERE object_kind = 'lease' AND object_id = ${p.add(leaseId)}`,
+    inlineReleaseClaim: (p: Params, leaseId: string, workerId: string, now: unknown, until: unknown) => `UPDATE ${S}.work_items w
+        SET claimed_by = ${p.add(workerId)}, claim_expires_at = ${p.add(until)}::timestamptz, run_at = ${p.add(now)}::timestamptz
+        WHERE w.object_kind = 'lease' AND w.object_id = (
+          SELECT object_id FROM ${S}.work_items
+          WHERE object_kind = 'lease' AND object_id = ${p.add(leaseId)} AND (claimed_by IS NULL OR claim_expires_at < ${p.add(now)}::timestamptz)
+          FOR UPDATE SKIP LOCKED)
+        RETURNING w.wake_count`,
+    inlineReleaseGuard: (p: Params, leaseId: string, blueprint: string) => `EXISTS (SELECT 1 FROM claim WHERE claim.wake_count = (SELECT wake_count FROM seen))
+        AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = ${p.add(leaseId)} AND c.consumed_at IS NULL)
+        AND EXISTS (SELECT 1 FROM ${S}.resources r WHERE r.id = leases.resource_id AND r.blueprint = ${p.add(blueprint)})`,
+    // ... the resource, as the pass that runs the destroy phase is handed it ...
+    inlineReleaseResource: () => `SELECT r.* FROM ${S}.resources r WHERE r.id = (SELECT resource_id FROM upd)`,
+    // ... and a claim taken for a lease the guard refused is undone with the whole statement.
+    inlineReleaseFails: () => `(SELECT ${S}.undo('SW002', 'the lease moved on as its release claimed it', '') WHERE EXISTS (SELECT 1 FROM claim) AND NOT EXISTS (SELECT 1 FROM upd))`,
     // A command consumed in the statement of the CAS it causes: exactly once (consumed_at IS NULL), and only if the CAS applied.
     // The holder's own release, run inline: written already consumed, only if the CAS applies.
     consumedRelease: (p: Params, data: string, author: string | null, now: unknown) =>
