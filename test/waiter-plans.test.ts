@@ -1,6 +1,9 @@
 import { internals } from '../lib/broker/index.js';
 import { createBroker, type Broker } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
+import { DateTime } from 'luxon';
+import { Params } from '../lib/store/params.js';
+import type { Unit } from '../lib/store/store.js';
 import { testDatabase } from './helpers/tier.js';
 
 // The statements that pick a waiting lease (the hand-off of a freed resource, a capacity
@@ -102,12 +105,52 @@ describe(`picking a waiter among ${WAITING} costs one look per waiting lease, wi
   ])('the hand-off of a freed resource (%s): the first come, its work item found by key', async (_, worker) => {
     const { store } = internals.get(broker)!;
     const until = new Date(Date.now() + 60_000).toISOString();
-    const { plan, row } = await explain(broker, store.sql.handOff, ['fake', ['pool'], now(), resourceId, worker, worker && until]);
+    const p = new Params();
+    const text = store.sql.handOff(p, { type: 'fake', blueprint: 'pool', resourceId, now: now(), claimFor: worker ? { worker, until } : null });
+    const { plan, row } = await explain(broker, text, p.values);
     expect(row?.object_id).toBe(firstWaiter);
     expect(row?.claimed).toBe(worker !== null);
     const touched = rowsTouched(plan);
     expect(touched.joinFiltered).toBe(0);
-    expect(touched.workItems).toBeLessThanOrEqual(2);
+    // Its work item by key, twice: locked (to read whether a live claim held it), then updated.
+    expect(touched.workItems).toBeLessThanOrEqual(3);
+  });
+
+  test('the destroy that hands its resource on in its own statement: the first come, its work item found by key', async () => {
+    // The statement Store.destroyLease makes for the held lease, captured instead of run.
+    const { store } = internals.get(broker)!;
+    const [held] = await broker.leases.list({ status: 'active' });
+    let captured: { text: string; params: unknown[] } | undefined;
+    class Captured extends Error {}
+    const unit: Unit = {
+      now: DateTime.now(),
+      events: [],
+      logs: [],
+      woke: false,
+      sql: {
+        async query(text: string, params?: unknown[]) {
+          captured ??= { text, params: params ?? [] };
+          throw new Captured();
+        },
+        async execute() {
+          throw new Captured();
+        },
+      },
+    };
+    const handOff = { resourceId, type: 'fake', blueprint: 'pool', retirement: { maxServed: null, bornAfter: null }, claimFor: { worker: 'worker-1', until: DateTime.now().plus({ minutes: 1 }) }, wakeIdle: false };
+    // Released and destroyed at once, as the holder's release on a blueprint with no hook at the lease's end.
+    const releasedBy = { written: { data: { reason: 'released' }, author: 'holder' }, logs: [] };
+    await expect(store.destroyLease(unit, held!.id, 'active', [], undefined, releasedBy, handOff)).rejects.toBeInstanceOf(Captured);
+    const { plan, row } = await explain(broker, captured!.text, captured!.params);
+    expect(row?.status).toBe('destroyed');
+    expect((row?.woke as Array<{ object_id: string; claimed: boolean }>)[0]).toMatchObject({ object_id: firstWaiter, claimed: true });
+    expect((row?.counted as Array<{ reserved_for: string }>)[0]?.reserved_for).toBe(firstWaiter);
+    const touched = rowsTouched(plan);
+    // One row: every lease CAS joins the lease to the work item of its parent resource (a
+    // child lease wakes it), and this lease has none; nothing scales with the waiters.
+    expect(touched.joinFiltered).toBeLessThanOrEqual(1);
+    // The waiter's work item (locked, then updated), the resource's (the parent's wake and the idle wake look it up).
+    expect(touched.workItems).toBeLessThanOrEqual(4);
   });
 
   test('a capacity wake: the first come, one work item looked up per lease passed over', async () => {

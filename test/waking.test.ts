@@ -113,4 +113,31 @@ describe('waking waiting leases', () => {
     }
     await broker.close();
   }, 60_000);
+
+  test('with every per-lease hook, on the real clock: the holder\'s release, the destroy and its hand-off to the waiter are statements that commit by themselves, with no transaction', async () => {
+    // Claim and release are one statement, and the destroy hands the resource on in its own
+    // statement: three round trips of BEGIN and COMMIT fewer each, and no window between.
+    const bp = fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } });
+    const broker = await realBroker({ blueprints: [bp], sweepInterval: { seconds: 60 } });
+    const { db } = internals.get(broker)!;
+    const transaction = db.transaction.bind(db);
+    let transactions = 0;
+    db.transaction = (work) => {
+      transactions++;
+      return transaction(work);
+    };
+    for (let round = 0; round < 3; round++) {
+      const holder = await broker.acquire({ type: 'fake' });
+      const waiter = await broker.requestLease({ type: 'fake' });
+      await untilWaiting(broker, waiter.id, 10_000);
+      transactions = 0;
+      await holder.release();
+      const lease = await waiter.whenActive({ timeout: { seconds: 10 } });
+      expect(transactions).toBe(0);
+      expect(lease.resource.id).toBe(holder.resource.id);
+      expect(bp.calls.releaseLease).toBe(2 * round + 1);
+      await lease.release();
+    }
+    await broker.close();
+  }, 60_000);
 });

@@ -30,7 +30,10 @@ export const CRASH_POINTS = [
   // destroy lease
   'destroyLease.before',
   'destroyLease.after',
-  // the destroy's transaction: the lease destroyed, its capacity not yet handed on (rolled back together)
+  // the destroy's transaction where the hand-off is a statement of its own (after the holder's
+  // inline release on a blueprint with no releaseLease or destroyLease; elsewhere the destroy's
+  // statement hands the resource on itself): the lease destroyed, its capacity not yet handed
+  // on (rolled back together)
   'destroy.beforeHandOff',
   // a blueprint with no releaseLease or destroyLease: the release command read, then the
   // lease released and destroyed with it in one statement, the pass not yet on

@@ -1,14 +1,14 @@
 import type { DateTime, Duration } from 'luxon';
 import type { Blueprint } from '../blueprint/contract.js';
 import { LEASE_STATE_FLAGS } from '../model/states.js';
-import type { ClaimedWork, LeaseRow, ReleasedBy, ResourceRow, Unit } from '../store/store.js';
+import type { ClaimedWork, DestroyHandOff, LeaseRow, ReleasedBy, ResourceRow, Unit } from '../store/store.js';
 import { after, humanDuration } from '../time.js';
 import { allocate, breakLease, hookTrouble } from './allocator.js';
 import { consumeCommands } from './commands.js';
 import { crashPoint } from './crash-points.js';
 import { baseContext, callHook, hasHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
 import { quotasFor } from './quotas.js';
-import { mayRetire, retiredBecause } from './retirement.js';
+import { mayRetire, retiredBecause, retirementOf } from './retirement.js';
 import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
@@ -282,38 +282,89 @@ interface Ending {
 }
 
 /**
- * The transaction that ends a lease: destroyed (and released with it, given `releasedBy`),
+ * The unit of work that ends a lease: destroyed (and released with it, given `releasedBy`),
  * and its freed capacity handed on; the waiter's work item, when the hand-off claimed it
- * for this pass's worker, is the outcome's `then`.
+ * for this pass's worker, is the outcome's `then`. With the hand-off in the destroy's own
+ * statement (`handOffOf`), no quota to wake and no reservation held elsewhere, that
+ * statement is the whole unit and commits by itself: no transaction around it.
  */
 async function destroyAndHandOff(rt: Runtime, ending: Ending): Promise<Outcome> {
-  const { dropped, handedTo } = await rt.store.unit((u) => destroyIn(rt, u, ending));
+  const { lease } = ending;
+  const reservedElsewhere = lease.allocatingResourceId !== null && lease.allocatingResourceId !== lease.resourceId;
+  const alone = handsOffInStatement(ending) && !reservedElsewhere && quotasFor(rt, lease).length === 0;
+  const { dropped, handedTo, freed } = alone ? await rt.store.single((u) => destroyIn(rt, u, ending, true)) : await rt.store.unit((u) => destroyIn(rt, u, ending));
+  // A reservation held on another resource that the statement found all the same (the
+  // lease's acquisition gives those back) is passed on next, in a unit of its own: a
+  // crash before it leaves that resource to its waiter's recheck.
+  if (freed.length > 0) await rt.store.unit(async (u) => { for (const f of freed) await rt.store.wakeNextWaiting(u, [f.type], [f.blueprint]); });
   if (!handedTo) return dropped ? WORK_DROPPED : DROP_WORK;
   return { next: dropped ? 'deleted' : 'delete', then: handedTo };
 }
 
 /**
- * `destroyAndHandOff` in a transaction of the caller's; resolves with whether the lease's
- * work item went with it, and the waiter's work item the hand-off claimed, if it did.
+ * Whether the destroy of `ending` hands its resource on in its own statement
+ * (`Store.destroyLease`): when the lease has a resource whose blueprint this broker has,
+ * and the claim of the waiter's work item needs no slot asked for first (the inline
+ * release's does: it asks only once it knows a lease waits, so its hand-off is a
+ * statement after the destroy).
  */
-async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, claim, releasedBy }: Ending): Promise<{ dropped: boolean; handedTo: ClaimedWork | null }> {
+function handsOffInStatement({ resource, blueprint, claim }: Ending): boolean {
+  return resource !== null && blueprint !== undefined && !claim.handOffTo?.slot;
+}
+
+/** That hand-off, as of `now` (see `handsOffInStatement`), or undefined. */
+function handOffOf(ending: Ending, now: DateTime): DestroyHandOff | undefined {
+  const { resource, blueprint, claim } = ending;
+  if (!handsOffInStatement(ending) || !resource || !blueprint) return undefined;
+  const { idleExpiry, maxLeasesPerResourceLifetime, maxResourceAge } = blueprint.limits;
+  const to = claim.handOffTo;
+  return {
+    resourceId: resource.id,
+    type: resource.type,
+    blueprint: resource.blueprint,
+    retirement: retirementOf(blueprint, now),
+    claimFor: to && { worker: to.worker, until: after(now, to.ttl) },
+    // As mayRetire has it, the drain aside (the statement reads that itself).
+    wakeIdle: Boolean(idleExpiry) || maxLeasesPerResourceLifetime !== null || maxResourceAge !== null,
+  };
+}
+
+/**
+ * `destroyAndHandOff` in a unit of the caller's; resolves with whether the lease's work
+ * item went with it, the waiter's work item the hand-off claimed, if it did, and (`alone`:
+ * the unit is one statement) the reservations held elsewhere still to pass on.
+ */
+async function destroyIn(
+  rt: Runtime,
+  u: Unit,
+  ending: Ending,
+  alone = false,
+): Promise<{ dropped: boolean; handedTo: ClaimedWork | null; freed: Array<{ type: string; blueprint: string }> }> {
+  const { lease, resource, blueprint, claim, releasedBy } = ending;
   const { store } = rt;
+  const handOff = handOffOf(ending, u.now);
   // One statement: the lease is destroyed, its slot locks go, a reservation it held goes
   // to the next waiter, its resource counts one lease fewer (idle from now if it was the
-  // last), and its work item goes unless a wake came during this pass.
-  const { freed, left, dropped, waiting } = await store.destroyLease(
+  // last), and its work item goes unless a wake came during this pass; with `handOff`,
+  // the resource is handed on in it too.
+  const destroyed = await store.destroyLease(
     u,
     lease.id,
     lease.status,
     [{ type: 'lease.destroyed', data: {}, lease: lease.id, resource: lease.resourceId, blueprint: resource?.blueprint ?? null }],
     { workerId: rt.workerId, wakeCount: claim.wakeCount },
     releasedBy,
+    handOff,
   );
+  const { freed, left, dropped, waiting } = destroyed;
+  if (!alone) {
+    for (const f of freed) await store.wakeNextWaiting(u, [f.type], [f.blueprint]);
+    // A place in each quota that counted it: the best waiter the quota holds back looks now.
+    if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
+  }
+  if (handOff) return { dropped, handedTo: destroyed.handedTo?.claimed ?? null, freed: alone ? freed : [] };
   crashPoint('destroy.beforeHandOff');
-  for (const f of freed) await store.wakeNextWaiting(u, [f.type], [f.blueprint]);
-  // A place in each quota that counted it: the best waiter the quota holds back looks now.
-  if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
-  if (!left) return { dropped, handedTo: null };
+  if (!left) return { dropped, handedTo: null, freed: [] };
   const idle = left.leaseCount === 0;
   const active = left.status === 'active';
   // Recycled or of a draining blueprint: it takes no new lease, so it is handed to no waiter.
@@ -322,11 +373,11 @@ async function destroyIn(rt: Runtime, u: Unit, { lease, resource, blueprint, cla
   // expiry or a recycling age to schedule, or be retired and go now.
   if (idle && (!active || blueprint?.limits.idleExpiry || mayRetire(blueprint, left))) await store.wake(u, 'resource', [left.id]);
   // No lease waited for it when the destroy ran: no hand-off (one statement fewer on the usual release).
-  if (!(active && !retired && waiting)) return { dropped, handedTo: null };
+  if (!(active && !retired && waiting)) return { dropped, handedTo: null, freed: [] };
   const to = claim.handOffTo;
   const claimFor = to && (!to.slot || to.slot()) ? { worker: to.worker, until: after(u.now, to.ttl) } : undefined;
   const handed = await store.handOff(u, left.id, left.type, left.blueprint, claimFor);
-  return { dropped, handedTo: handed?.claimed ?? null };
+  return { dropped, handedTo: handed?.claimed ?? null, freed: [] };
 }
 
 /** Why `releaseInline` left the release to the lease's worker: the transaction is rolled back, undoing the claim. */

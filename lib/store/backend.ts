@@ -131,6 +131,37 @@ export interface AlsoWrite {
   returning?: boolean;
 }
 
+/**
+ * The hand-off a lease's destroy makes in its own statement (`destroyLease`): the lease's
+ * resource, its type and blueprint, the blueprint's recycling limits (a retired resource is
+ * handed to no one), the worker that claims the waiter's work item (none: the waiter is only
+ * woken), and `wakeIdle`: whether the resource, left idle, is woken to schedule an idle
+ * expiry or a retirement (it is woken anyway when it is not active, or its blueprint drains).
+ */
+export interface DestroyHandOff {
+  resourceId: string;
+  type: string;
+  blueprint: string;
+  retirement: Retirement;
+  claimFor?: { worker: string; until: DateTime };
+  wakeIdle: boolean;
+}
+
+/**
+ * What a lease's destroy did: reservations it held elsewhere went back (`freed`), its
+ * resource counts one lease fewer (`left`: what it is now), its work item went
+ * (`dropped`), and whether a lease may wait for the resource (`waiting`). Given a hand-off
+ * (`DestroyHandOff`), `handedTo` is the waiter it went to (null: none), with its work item
+ * when the hand-off claimed it.
+ */
+export interface DestroyedLease {
+  freed: Array<{ type: string; blueprint: string }>;
+  left: LeftResource | null;
+  dropped: boolean;
+  waiting: boolean;
+  handedTo?: { lease: string; claimed: ClaimedWork | null } | null;
+}
+
 export interface CasOptions {
   /** Log entries written with the status change, after its `status.changed` entry. */
   logs?: LogInsert[];
@@ -497,7 +528,8 @@ export interface StoreBackend {
     logs: LogInsert[],
     claim?: { workerId: string; wakeCount: number },
     releasedBy?: ReleasedBy,
-  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean; waiting: boolean }>;
+    handOff?: DestroyHandOff,
+  ): Promise<DestroyedLease>;
   /** See `claimLease` in store.ts: the lease's work item claimed in `unit` if no one holds it, and the lease read. */
   claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null>;
   /** See `releaseClaimed` in store.ts: the holder's release run inline, claim and release in one statement of `unit`; null when it cannot run inline now. */

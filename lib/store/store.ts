@@ -11,8 +11,8 @@ import { fromDb, toDb } from '../time.js';
 import type { Db, Sql } from './db.js';
 import { Params } from './params.js';
 import { quoteIdent, statements, type Statements } from './sql/statements.js';
-import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend, Page, ActivatedLease } from './backend.js';
-export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, IdSource, ClaimedWork, WorkRef, StoreBackend, ActivatedLease } from './backend.js';
+import type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, Sets, IdSource, ClaimedWork, WorkRef, StoreBackend, Page, ActivatedLease, DestroyHandOff, DestroyedLease } from './backend.js';
+export type { LeaseRow, LeaseStatusRow, LeaseWithResource, ResourceRow, CommandRow, StatusEvent, LogInsert, Unit, AlsoWrite, CasOptions, Acquisition, CasResult, BlueprintFailure, NewLease, Retirement, LeftResource, ReleasedBy, IdSource, ClaimedWork, WorkRef, StoreBackend, ActivatedLease, DestroyHandOff, DestroyedLease } from './backend.js';
 
 export function mapLease(r: Record<string, any>): LeaseRow {
   return {
@@ -716,8 +716,14 @@ export class Store implements StoreBackend {
    * its work item for that worker when no live claim holds it.
    */
   async handOff(unit: Unit, resourceId: string, type: string, blueprint: string, claimFor?: { worker: string; until: DateTime }): Promise<{ lease: string; claimed: ClaimedWork | null } | null> {
-    const [row] = await unit.sql.query(this.sql.handOff, [type, [blueprint], toDb(unit.now), resourceId, claimFor?.worker ?? null, toDb(claimFor?.until ?? null)]);
-    if (!row) return null;
+    const p = new Params();
+    const text = this.sql.handOff(p, { type, blueprint, resourceId, now: toDb(unit.now), claimFor: claimFor && { worker: claimFor.worker, until: toDb(claimFor.until) } });
+    const [row] = await unit.sql.query(text, p.values);
+    return row ? this.handedOff(unit, row) : null;
+  }
+
+  /** What a hand-off's `woke` row says: the waiter, and its work item if this hand-off claimed it (else the waiter was woken, and the unit says so). */
+  private handedOff(unit: Unit, row: Record<string, any>): { lease: string; claimed: ClaimedWork | null } {
     const lease: string = row.object_id;
     if (!row.claimed) {
       unit.woke = true;
@@ -951,6 +957,13 @@ export class Store implements StoreBackend {
    * given the claim of its worker's pass, its work item goes (`dropped`) if that claim
    * still holds it and no wake came since; `waiting`: whether a lease may wait for the
    * resource (without one, a hand-off has no one to hand it to).
+   *
+   * Given `handOff`, the same statement also hands the resource on (as `handOff` does,
+   * its steps the same CTEs): when the lease was destroyed and its resource is active and
+   * not retired, the best-ranked waiter is woken (its work item claimed for
+   * `handOff.claimFor`) and the resource reserved for it; and the resource, left idle, is
+   * woken where it has more to do. Nothing about the resource is then left for another
+   * statement, and the destroy needs no transaction of its own.
    */
   async destroyLease(
     unit: Unit,
@@ -959,12 +972,31 @@ export class Store implements StoreBackend {
     logs: LogInsert[],
     claim?: { workerId: string; wakeCount: number },
     releasedBy?: ReleasedBy,
-  ): Promise<{ freed: Array<{ type: string; blueprint: string }>; left: LeftResource | null; dropped: boolean; waiting: boolean }> {
+    handOff?: DestroyHandOff,
+  ): Promise<DestroyedLease> {
     const command: AlsoWrite[] = !releasedBy
       ? []
       : 'commandId' in releasedBy
         ? [this.consumedWith(releasedBy.commandId, unit.now)]
         : [this.releaseWrittenConsumed(releasedBy.written, unit.now)];
+    // The hand-off's CTEs share their parameters: the first one's `sql` makes all three, in
+    // the order the statement lists them.
+    let steps: { next: string; woke: string; ptr: string } | null = null;
+    const handing: AlsoWrite[] = handOff
+      ? [
+          {
+            name: 'next',
+            sql: (p) => {
+              const when = this.sql.destroyedLeaseHandable(p, handOff.resourceId, handOff.retirement.maxServed, toDb(handOff.retirement.bornAfter));
+              const made = this.sql.handOffSteps(p, { type: handOff.type, blueprint: handOff.blueprint, resourceId: handOff.resourceId, now: toDb(unit.now), claimFor: handOff.claimFor && { worker: handOff.claimFor.worker, until: toDb(handOff.claimFor.until) } }, when);
+              steps = made;
+              return made.next;
+            },
+          },
+          { name: 'woke', returning: true, sql: () => steps!.woke },
+          { name: 'ptr', sql: () => steps!.ptr },
+        ]
+      : [];
     const { also } = await this.casWith(unit, 'lease', leaseId, from, 'destroyed', { phase: null, phase_attempts: 0 }, {
       logs,
       ...(releasedBy ? { via: { status: 'released', logs: releasedBy.logs } } : {}),
@@ -972,15 +1004,20 @@ export class Store implements StoreBackend {
         ...command,
         { name: 'slots', sql: this.sql.destroyedLeaseSlots },
         { name: 'freed', returning: true, sql: this.sql.destroyedLeaseFreed },
-        { name: 'counted', returning: true, sql: (p) => this.sql.destroyedLeaseCounted(p, toDb(unit.now)) },
-        { name: 'waiter', returning: true, sql: this.sql.destroyedLeaseWaiter },
+        ...handing,
+        { name: 'counted', returning: true, sql: (p) => this.sql.destroyedLeaseCounted(p, toDb(unit.now), handOff !== undefined) },
+        handOff
+          ? { name: 'idle', returning: true, sql: (p: Params) => this.sql.destroyedLeaseIdleWake(p, handOff.wakeIdle, toDb(unit.now)) }
+          : { name: 'waiter', returning: true, sql: this.sql.destroyedLeaseWaiter },
         ...(claim ? [{ name: 'dropped', returning: true, sql: (p: Params) => this.sql.destroyedLeaseWork(p, claim.workerId, claim.wakeCount) }] : []),
       ],
     });
     const left = also.counted[0];
+    const [woke] = also.woke ?? [];
+    if ((also.idle?.length ?? 0) > 0) unit.woke = true;
     return {
       dropped: (also.dropped?.length ?? 0) > 0,
-      waiting: also.waiter.length > 0,
+      waiting: handOff ? woke !== undefined : also.waiter.length > 0,
       freed: also.freed,
       left: left
         ? {
@@ -988,6 +1025,7 @@ export class Store implements StoreBackend {
             leasesServed: Number(left.leases_served), statusChangedAt: fromDb(left.status_changed_at)!, blueprintDraining: Boolean(left.blueprint_draining),
           }
         : null,
+      ...(handOff ? { handedTo: woke ? this.handedOff(unit, woke) : null } : {}),
     };
   }
 

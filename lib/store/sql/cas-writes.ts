@@ -7,7 +7,7 @@ import { poolPolicyStatements } from './pool-policies.js';
  * each is all or nothing with its status change.
  */
 export function casWrites(S: string) {
-  const { draining } = poolPolicyStatements(S);
+  const { draining, notRetired } = poolPolicyStatements(S);
   return {
     // The late result of activateLease never activates a lease that expired, whose resource
     // is no longer active, or that a release or break waits for. FOR SHARE holds the
@@ -36,10 +36,16 @@ export function casWrites(S: string) {
         WHERE reserved_for = (SELECT id FROM upd) AND id IS DISTINCT FROM (SELECT resource_id FROM upd) RETURNING type, blueprint`,
     // ... and its resource counts one lease fewer, idle from now if it was the last (under its
     // row lock); with what its recycling depends on, for the worker to decide whether it goes.
-    destroyedLeaseCounted: (p: Params, now: unknown) => `UPDATE ${S}.resources r SET lease_count = r.lease_count - 1,
-          idle_since = CASE WHEN r.lease_count = 1 THEN ${p.add(now)}::timestamptz ELSE r.idle_since END
+    // With a hand-off in the same statement (`ptr`, see handOffSteps), the resource is also
+    // reserved for its waiter here, judged on the newest row version as the hand-off's own
+    // statement does.
+    destroyedLeaseCounted: (p: Params, now: unknown, handOff = false) => `UPDATE ${S}.resources r SET lease_count = r.lease_count - 1,
+          idle_since = CASE WHEN r.lease_count = 1 THEN ${p.add(now)}::timestamptz ELSE r.idle_since END${
+            handOff ? `,
+          reserved_for = CASE WHEN r.status = 'active' AND r.reserved_for IS NULL THEN (SELECT id FROM ptr) ELSE r.reserved_for END` : ''
+          }
         FROM upd WHERE r.id = upd.resource_id
-        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at,
+        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at, r.reserved_for,
           ${draining('r.blueprint')} AS blueprint_draining`,
     // ... and whether a lease may wait for that resource: pending, of its type, free to use its
     // blueprint, holding no reservation. A read of the statement's snapshot that spares the
@@ -50,6 +56,23 @@ export function casWrites(S: string) {
         WHERE r.id = (SELECT resource_id FROM upd) AND l.status = 'pending' AND l.allocating_resource_id IS NULL
           AND (l.blueprints IS NULL OR r.blueprint = ANY(l.blueprints))
         LIMIT 1`,
+    // ... and, with the hand-off in the statement, a waiter only if the lease was destroyed
+    // and its resource may take one (active, not retired: see Store.destroyLease). The
+    // resource's row is locked here, before the waiter's: in the order of the destroy and
+    // hand-off as two statements, and of an acquisition (resource, then lease), so the two
+    // cannot deadlock. Its status is judged on its newest version.
+    destroyedLeaseHandable: (p: Params, resourceId: string, maxServed: number | null, bornAfter: unknown) => `EXISTS (SELECT 1 FROM upd)
+          AND EXISTS (SELECT 1 FROM ${S}.resources r WHERE r.id = ${p.add(resourceId)} AND r.status = 'active' AND ${notRetired('r', p.add(maxServed), p.add(bornAfter))} FOR NO KEY UPDATE)`,
+    // ... and the resource, left idle, is woken where it has more to do (as Store.wake): one
+    // on its way out waits for its last lease, a draining or recycled one goes, and one with
+    // an idle expiry or a recycling age ($wakeIdle) schedules it.
+    destroyedLeaseIdleWake: (p: Params, wakeIdle: boolean, now: unknown) => {
+      const at = p.add(now);
+      return `UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, ${at}::timestamptz), ${at}::timestamptz), wake_count = w.wake_count + 1
+        FROM counted c WHERE w.object_kind = 'resource' AND w.object_id = c.id AND c.lease_count = 0
+          AND (c.status <> 'active' OR ${p.add(wakeIdle)}::boolean OR c.blueprint_draining)
+        RETURNING w.object_id`;
+    },
     // ... and its work item, if the pass that destroys it still holds the claim and no wake
     // came during it (as Store.deleteWork; a wake would only find it destroyed).
     destroyedLeaseWork: (p: Params, workerId: string, wakeCount: number) => `DELETE FROM ${S}.work_items

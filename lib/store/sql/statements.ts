@@ -10,6 +10,16 @@ import { casWrites } from './cas-writes.js';
 import { poolPolicyStatements } from './pool-policies.js';
 import { queries } from './queries.js';
 import { bestWaiter } from './waiters.js';
+import type { Params } from '../params.js';
+
+/** The arguments of a hand-off (`handOff`): the freed resource, its type and blueprint, and the worker that claims the waiter's work item, if one does. */
+export interface HandOff {
+  type: string;
+  blueprint: string;
+  resourceId: string;
+  now: unknown;
+  claimFor?: { worker: string; until: unknown } | null;
+}
 
 export function quoteIdent(name: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name)) throw new Error(`not a valid schema name: ${name}`);
@@ -34,7 +44,8 @@ const ASYNC_COMMIT = `set_config('synchronous_commit', 'off', true) = 'off'`;
  */
 export function statements(schema: string, agingMs: number | null = null) {
   const S = quoteIdent(schema);
-  const rank = agingMs === null ? 'l.priority' : `(l.priority + floor(extract(epoch FROM ($3::timestamptz - l.created_at)) * 1000 / ${Number(agingMs)})::integer)`;
+  const rankAt = (now: string) => (agingMs === null ? 'l.priority' : `(l.priority + floor(extract(epoch FROM (${now}::timestamptz - l.created_at)) * 1000 / ${Number(agingMs)})::integer)`);
+  const rank = rankAt('$3');
   const policies = poolPolicyStatements(S, rank);
   // What a lease's worker reads of lease l: the row, its unconsumed commands in order (null
   // when there are none), its resource r's row and that of the resource it drives or has
@@ -43,7 +54,48 @@ export function statements(schema: string, agingMs: number | null = null) {
                    FROM ${S}.commands cm WHERE cm.target_kind = 'lease' AND cm.target_id = l.id AND cm.consumed_at IS NULL) AS unconsumed,
         to_jsonb(r) AS resource_row, to_jsonb(rr) AS reserved_row`;
   const leaseJoins = `LEFT JOIN ${S}.resources r ON r.id = l.resource_id LEFT JOIN ${S}.resources rr ON rr.id = l.allocating_resource_id`;
+  /**
+   * A hand-off's steps (see `handOff`): the bodies of the CTEs `next`, `woke` and `ptr` (so
+   * named: each refers to the one before), for a statement that then reserves the resource
+   * (`resource`, its parameter) for `ptr`'s lease: the hand-off of its own, or the destroy
+   * that frees the resource (`Store.destroyLease`), whose update of the resource's row sets
+   * the reservation, since one statement cannot update a row twice. `when`: a further
+   * condition for there to be a waiter at all.
+   */
+  const handOffSteps = (p: Params, a: HandOff, when = 'true') => {
+    const now = p.add(a.now);
+    const resource = p.add(a.resourceId);
+    const worker = p.add(a.claimFor?.worker ?? null);
+    const until = p.add(a.claimFor?.until ?? null);
+    const next = `
+        SELECT l.id FROM ${S}.leases l
+        WHERE l.status = 'pending' AND l.type = ${p.add(a.type)}
+          AND (l.blueprints IS NULL OR l.blueprints && ${p.add([a.blueprint])}::text[])
+          AND l.allocating_resource_id IS NULL AND ${when}
+        ORDER BY ${rankAt(now)} DESC, l.seq
+        LIMIT 1
+        FOR UPDATE OF l`;
+    // Whether no live claim held the item is read from its row as locked (the newest
+    // version), before the update: \`claimed\` is then this statement's claim, never a live
+    // one of the same worker that happens to end at the same instant (on a manual clock,
+    // every claim made at one moment does).
+    const woke = `
+        UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, ${now}::timestamptz), ${now}::timestamptz), chained = true, wake_count = w.wake_count + 1,
+          claimed_by = CASE WHEN ${worker}::text IS NOT NULL AND o.was_free THEN ${worker}::text ELSE w.claimed_by END,
+          claim_expires_at = CASE WHEN ${worker}::text IS NOT NULL AND o.was_free THEN ${until}::timestamptz ELSE w.claim_expires_at END
+        FROM (SELECT object_kind, object_id, (claimed_by IS NULL OR claim_expires_at < ${now}::timestamptz) AS was_free FROM ${S}.work_items
+              WHERE object_kind = 'lease' AND object_id = (SELECT id FROM next) FOR UPDATE) o
+        WHERE w.object_kind = o.object_kind AND w.object_id = o.object_id
+        RETURNING w.object_id, w.wake_count, w.attempts, w.priority, ${worker}::text IS NOT NULL AND o.was_free AS claimed`;
+    const ptr = `
+        UPDATE ${S}.leases SET allocating_resource_id = ${resource}
+        WHERE id = (SELECT object_id FROM woke) AND status = 'pending' AND allocating_resource_id IS NULL
+          AND EXISTS (SELECT 1 FROM ${S}.resources WHERE id = ${resource} AND status = 'active' AND reserved_for IS NULL)
+        RETURNING id`;
+    return { resource, next, woke, ptr };
+  };
   return {
+    handOffSteps,
     ...queries(S),
     ...allocationWrites(S),
     ...casWrites(S),
@@ -237,35 +289,20 @@ export function statements(schema: string, agingMs: number | null = null) {
     // and lets go of. The updates of the lease and the resource re-check their conditions
     // on the newest row versions, as separate statements would.
     // With a worker ($5, claimed until $6), the waiter's work item is also claimed by it
-    // when no live claim holds it (judged on the newest row version, as every SET is):
-    // the worker that freed the resource then runs the waiter's pass itself, with no claim
-    // round trip. `claimed` says whether this statement's claim is the one the row has.
-    handOff: `
-      WITH next AS (
-        SELECT l.id FROM ${S}.leases l
-        WHERE l.status = 'pending' AND l.type = $1
-          AND (l.blueprints IS NULL OR l.blueprints && $2::text[])
-          AND l.allocating_resource_id IS NULL
-        ORDER BY ${rank} DESC, l.seq
-        LIMIT 1
-        FOR UPDATE OF l),
-      woke AS (
-        UPDATE ${S}.work_items w SET run_at = LEAST(COALESCE(w.run_at, $3), $3), chained = true, wake_count = w.wake_count + 1,
-          claimed_by = CASE WHEN $5::text IS NOT NULL AND (w.claimed_by IS NULL OR w.claim_expires_at < $3) THEN $5::text ELSE w.claimed_by END,
-          claim_expires_at = CASE WHEN $5::text IS NOT NULL AND (w.claimed_by IS NULL OR w.claim_expires_at < $3) THEN $6::timestamptz ELSE w.claim_expires_at END
-        WHERE w.object_kind = 'lease' AND w.object_id = (SELECT id FROM next)
-        RETURNING w.object_id, w.wake_count, w.attempts, w.priority, w.claimed_by = $5::text AND w.claim_expires_at = $6::timestamptz AS claimed),
-      ptr AS (
-        UPDATE ${S}.leases SET allocating_resource_id = $4
-        WHERE id = (SELECT object_id FROM woke) AND status = 'pending' AND allocating_resource_id IS NULL
-          AND EXISTS (SELECT 1 FROM ${S}.resources WHERE id = $4 AND status = 'active' AND reserved_for IS NULL)
-        RETURNING id),
+    // when no live claim holds it (judged on the newest row version, locked before the
+    // update): the worker that freed the resource then runs the waiter's pass itself, with
+    // no claim round trip. `claimed` says whether this statement made the claim.
+    handOff: (p: Params, a: HandOff) => {
+      const steps = handOffSteps(p, a);
+      return `
+      WITH next AS (${steps.next}), woke AS (${steps.woke}), ptr AS (${steps.ptr}),
       reserved AS (
         UPDATE ${S}.resources SET reserved_for = (SELECT id FROM ptr)
-        WHERE id = $4 AND status = 'active' AND reserved_for IS NULL AND EXISTS (SELECT 1 FROM ptr)
+        WHERE id = ${steps.resource} AND status = 'active' AND reserved_for IS NULL AND EXISTS (SELECT 1 FROM ptr)
         RETURNING id)
       SELECT woke.object_id, woke.wake_count, woke.attempts, woke.priority, COALESCE(woke.claimed, false) AS claimed, EXISTS (SELECT 1 FROM reserved) AS reserved
-      FROM woke`,
+      FROM woke`;
+    },
 
     // All or nothing: ON CONFLICT DO NOTHING waits on a concurrent insert of the same key
     // and then skips it. The keys returned are the conflicts: neither inserted now nor
