@@ -8,8 +8,8 @@ import { consumeCommands } from './commands.js';
 import { crashPoint } from './crash-points.js';
 import { baseContext, callHook, hasHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
 import { quotasFor } from './quotas.js';
-import { mayRetire, retiredBecause, retirementOf } from './retirement.js';
-import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
+import { mayRetire, recycles, retiredBecause, retirementOf } from './retirement.js';
+import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type HandedWork, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
   id: string;
@@ -285,8 +285,8 @@ interface Ending {
  * The unit of work that ends a lease: destroyed (and released with it, given `releasedBy`),
  * and its freed capacity handed on; the waiter's work item, when the hand-off claimed it
  * for this pass's worker, is the outcome's `then`. With the hand-off in the destroy's own
- * statement (`handOffOf`), no quota to wake and no reservation held elsewhere, that
- * statement is the whole unit and commits by itself: no transaction around it.
+ * statement (`handsOffInStatement`), no quota to wake and no reservation held elsewhere,
+ * that statement is the whole unit and commits by itself: no transaction around it.
  */
 async function destroyAndHandOff(rt: Runtime, ending: Ending): Promise<Outcome> {
   const { lease } = ending;
@@ -316,7 +316,6 @@ function handsOffInStatement({ resource, blueprint, claim }: Ending): boolean {
 function handOffOf(ending: Ending, now: DateTime): DestroyHandOff | undefined {
   const { resource, blueprint, claim } = ending;
   if (!handsOffInStatement(ending) || !resource || !blueprint) return undefined;
-  const { idleExpiry, maxLeasesPerResourceLifetime, maxResourceAge } = blueprint.limits;
   const to = claim.handOffTo;
   return {
     resourceId: resource.id,
@@ -324,8 +323,8 @@ function handOffOf(ending: Ending, now: DateTime): DestroyHandOff | undefined {
     blueprint: resource.blueprint,
     retirement: retirementOf(blueprint, now),
     claimFor: to && { worker: to.worker, until: after(now, to.ttl) },
-    // As mayRetire has it, the drain aside (the statement reads that itself).
-    wakeIdle: Boolean(idleExpiry) || maxLeasesPerResourceLifetime !== null || maxResourceAge !== null,
+    // As the destroy's transaction has it below; the statement reads a drain itself.
+    wakeIdle: Boolean(blueprint.limits.idleExpiry) || recycles(blueprint),
   };
 }
 
@@ -339,7 +338,7 @@ async function destroyIn(
   u: Unit,
   ending: Ending,
   alone = false,
-): Promise<{ dropped: boolean; handedTo: ClaimedWork | null; freed: Array<{ type: string; blueprint: string }> }> {
+): Promise<{ dropped: boolean; handedTo: HandedWork | null; freed: Array<{ type: string; blueprint: string }> }> {
   const { lease, resource, blueprint, claim, releasedBy } = ending;
   const { store } = rt;
   const handOff = handOffOf(ending, u.now);
@@ -362,7 +361,12 @@ async function destroyIn(
     // A place in each quota that counted it: the best waiter the quota holds back looks now.
     if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
   }
-  if (handOff) return { dropped, handedTo: destroyed.handedTo?.claimed ?? null, freed: alone ? freed : [] };
+  if (handOff) {
+    const handed = destroyed.handedTo;
+    // The waiter's pass starts from the statement's rows, with no read of its own.
+    const handedTo = handed?.claimed ? { ...handed.claimed, ...(handed.waiter ? { moved: { lease: handed.waiter } } : {}) } : null;
+    return { dropped, handedTo, freed: alone ? freed : [] };
+  }
   crashPoint('destroy.beforeHandOff');
   if (!left) return { dropped, handedTo: null, freed: [] };
   const idle = left.leaseCount === 0;
