@@ -57,22 +57,6 @@ function leaseWithCommands(r: Record<string, any>): LeaseRow {
   };
 }
 
-/**
- * The waiter a destroy's hand-off claimed, as its pass would read it first, from the
- * statement's own rows (see `handedWaiter` in the SQL): its row as the hand-off left it,
- * its commands, and the resource reserved for it. None when the hand-off did not claim it,
- * did not reserve the resource for it, or a wake or a write of the lease landed after the
- * statement's snapshot.
- */
-function handedWaiter(woke: Record<string, any>, also: Record<string, Array<Record<string, any>>>): LeaseRow | undefined {
-  const [ptr] = also.ptr ?? [];
-  const [handed] = also.handed ?? [];
-  const [counted] = also.counted ?? [];
-  if (!woke.claimed || !ptr?.lease_row || !handed?.unchanged || counted?.reserved_for !== woke.object_id) return undefined;
-  if (Number(woke.wake_count) !== Number(handed.seen_wake_count) + 1) return undefined;
-  return { ...leaseWithCommands({ ...ptr.lease_row, unconsumed: handed.unconsumed }), reserved: mapResource(counted.resource_row) };
-}
-
 function mapCommand(r: Record<string, any>): CommandRow {
   return { id: Number(r.id), targetKind: r.target_kind, targetId: r.target_id, command: r.command, data: r.data ?? {}, author: r.author ?? null };
 }
@@ -1010,8 +994,7 @@ export class Store implements StoreBackend {
             },
           },
           { name: 'woke', returning: true, sql: () => steps!.woke },
-          { name: 'ptr', returning: true, sql: () => steps!.ptr },
-          { name: 'handed', returning: true, sql: this.sql.handedWaiter },
+          { name: 'ptr', sql: () => steps!.ptr },
         ]
       : [];
     const { also } = await this.casWith(unit, 'lease', leaseId, from, 'destroyed', { phase: null, phase_attempts: 0 }, {
@@ -1042,7 +1025,7 @@ export class Store implements StoreBackend {
             leasesServed: Number(left.leases_served), statusChangedAt: fromDb(left.status_changed_at)!, blueprintDraining: Boolean(left.blueprint_draining),
           }
         : null,
-      ...(handOff ? { handedTo: woke ? { ...this.handedOff(unit, woke), waiter: handedWaiter(woke, also) } : null } : {}),
+      ...(handOff ? { handedTo: woke ? this.handedOff(unit, woke) : null } : {}),
     };
   }
 

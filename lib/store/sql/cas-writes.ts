@@ -45,7 +45,7 @@ export function casWrites(S: string) {
           reserved_for = CASE WHEN r.status = 'active' AND r.reserved_for IS NULL THEN (SELECT id FROM ptr) ELSE r.reserved_for END` : ''
           }
         FROM upd WHERE r.id = upd.resource_id
-        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at, r.reserved_for,${handOff ? ' to_jsonb(r) AS resource_row,' : ''}
+        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at, r.reserved_for,
           ${draining('r.blueprint')} AS blueprint_draining`,
     // ... and whether a lease may wait for that resource: pending, of its type, free to use its
     // blueprint, holding no reservation. A read of the statement's snapshot that spares the
