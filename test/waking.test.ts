@@ -2,7 +2,7 @@ import { internals } from '../lib/broker/index.js';
 import type { WorkDone } from '../lib/engine/runtime.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { guardBrokers, realBroker, testBroker } from './helpers/broker.js';
-import { untilWaiting } from './helpers/waiting-lease.js';
+import { releaseWrittenUnwoken, untilWaiting } from './helpers/waiting-lease.js';
 
 guardBrokers();
 
@@ -115,16 +115,14 @@ describe('waking waiting leases', () => {
   }, 60_000);
 
   test('on the real clock, a waiter with a command waiting when the hand-off claims it: the pass the hand-off runs consumes it (a release), and the lease is never activated', async () => {
-    // A hand-off that wakes a waiter leaves its commands to its pass: one that were missed
-    // would let the lease be activated although another process released it.
+    // A hand-off that wakes a waiter leaves its commands to its pass: a command that pass
+    // missed would let the lease be activated although another process released it.
     const bp = fakeBlueprint({ name: 'one', exclusive: true, limits: { maxResources: 1 } });
     const broker = await realBroker({ blueprints: [bp], sweepInterval: { seconds: 60 }, waitRecheck: { seconds: 60 } });
-    const { db, store } = internals.get(broker)!;
     const holder = await broker.acquire({ type: 'fake' });
     const waiter = await broker.requestLease({ type: 'fake' });
     await untilWaiting(broker, waiter.id, 10_000);
-    // Written by another process, its wake not yet come.
-    await db.query(`INSERT INTO ${store.s}.commands (target_kind, target_id, command, data, author, created_at) VALUES ('lease', $1, 'release', '{"reason":"released"}', 'other', now())`, [waiter.id]);
+    await releaseWrittenUnwoken(broker, waiter.id);
     await holder.release();
     const deadline = Date.now() + 10_000;
     while ((await broker.leases.get(waiter.id))!.status !== 'destroyed') {

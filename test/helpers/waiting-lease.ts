@@ -14,3 +14,13 @@ export async function untilWaiting(broker: Broker, id: string, ms = 30_000): Pro
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+/**
+ * Writes a release command for lease `id` as another process would, but with no wake of
+ * the lease's work item (as if its wake were still to come): the lease has a command
+ * waiting that no worker has been told of.
+ */
+export async function releaseWrittenUnwoken(broker: Broker, id: string): Promise<void> {
+  const { db, store } = internals.get(broker)!;
+  await db.query(`INSERT INTO ${store.s}.commands (target_kind, target_id, command, data, author, created_at) VALUES ('lease', $1, 'release', '{"reason":"released"}', 'other', now())`, [id]);
+}
