@@ -52,18 +52,24 @@ export async function callHook<T>(rt: Runtime, blueprint: Blueprint<any, any, an
 /** `callHook` once the hook is known to exist: the call itself, raced against its timeout. */
 async function runHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook: string, fn: unknown, ctx: object, fallback: T, attempt: number): Promise<HookResult<T>> {
   const timeout = blueprint.timeouts?.[hook as HookName] ?? normalizeTimeouts(undefined)[hook as HookName];
-  const deadline = new AbortController();
+  // ctx.signal is made when the hook first reads it: most hooks never do, and
+  // AbortSignal.any is among the costliest steps of a hook call.
+  let deadline: AbortController | undefined;
+  let signal: AbortSignal | undefined;
+  const hookSignal = () => (signal ??= AbortSignal.any([rt.signal, (deadline ??= new AbortController()).signal]));
   let cancel: (() => void) | undefined;
   const timedOut = new Promise<never>((_, reject) => {
     cancel = rt.clock.schedule(after(rt.clock.now(), timeout), () => {
       const error = new HookTimeoutError(blueprint.name, hook, timeout);
-      deadline.abort(error);
+      // Made now if the hook has not read it yet: a read after the timeout finds it aborted.
+      (deadline ??= new AbortController()).abort(error);
       reject(error);
     });
   });
   try {
     hookCrashPoint(hook, 'before');
-    const running = Promise.resolve().then(() => (fn as (ctx: object) => unknown).call(blueprint.implementation, { ...ctx, signal: AbortSignal.any([rt.signal, deadline.signal]) }));
+    const hookCtx = Object.defineProperty({ ...ctx }, 'signal', { get: hookSignal, enumerable: true, configurable: true });
+    const running = Promise.resolve().then(() => (fn as (ctx: object) => unknown).call(blueprint.implementation, hookCtx));
     // A hook that settles after its timeout must not become an unhandled rejection.
     running.catch(() => undefined);
     const value = await Promise.race([running, timedOut]);
