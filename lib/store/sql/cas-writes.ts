@@ -2,6 +2,28 @@ import type { Params } from '../params.js';
 import { poolPolicyStatements } from './pool-policies.js';
 
 /**
+ * The claim of a lease's work item by a broker that runs its pass now (`Store.claimLease`,
+ * and the holder's release run inline), as two CTEs of one statement: the item's wake
+ * count in the statement's snapshot (`leaseItemSeen`), and the claim itself at the item's
+ * newest version (`leaseItemClaim`), only if no one holds it (unclaimed or its claim
+ * expired; a row another transaction locks is skipped, not waited for). The item is made
+ * due as it is claimed: if the claimer dies before its pass ends, the next worker takes it
+ * once the claim expires, not at the lease's expiry. A wake committed between the snapshot
+ * and the claim shows as the two wake counts differing: the statement's reads may have
+ * missed its command, so the caller then acts as if the claim had failed. The arguments
+ * are SQL: parameter references or expressions.
+ */
+export const leaseItemSeen = (S: string, leaseId: string) => `SELECT wake_count FROM ${S}.work_items WHERE object_kind = 'lease' AND object_id = ${leaseId}`;
+
+export const leaseItemClaim = (S: string, leaseId: string, workerId: string, now: string, until: string) => `UPDATE ${S}.work_items w
+        SET claimed_by = ${workerId}, claim_expires_at = ${until}::timestamptz, run_at = ${now}::timestamptz
+        WHERE w.object_kind = 'lease' AND w.object_id = (
+          SELECT object_id FROM ${S}.work_items
+          WHERE object_kind = 'lease' AND object_id = ${leaseId} AND (claimed_by IS NULL OR claim_expires_at < ${now}::timestamptz)
+          FOR UPDATE SKIP LOCKED)
+        RETURNING w.wake_count`;
+
+/**
  * Fragments of one-statement compare-and-set writes (`Store.cas`): guards and the further
  * writes of the same statement, which see the updated row as `upd`. Being one statement,
  * each is all or nothing with its status change.
@@ -89,20 +111,13 @@ export function casWrites(S: string) {
         WHERE w.object_kind = 'lease' AND w.object_id = (SELECT id FROM upd) AND w.claimed_by = ${p.add(workerId)}
           AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = (SELECT id FROM upd) AND c.consumed_at IS NULL)
         RETURNING w.run_at, w.run_at IS NOT NULL AND w.run_at <= ${p.add(now)}::timestamptz AS due`,
-    // The holder's release run inline, as one statement: the lease's work item in the
-    // statement's snapshot (`seen`), and its claim for the releasing broker at its newest
-    // version (`claim`), as Store.claimLease makes them; the release's guard then asks that
+    // The holder's release run inline, as one statement: the lease's work item claimed for
+    // the releasing broker (`seen` and `claim`: leaseItemSeen, leaseItemClaim); the release's guard then asks that
     // no wake landed in between (a command committed after the snapshot, which the guard's
     // read of the commands would miss), that no command waits, and that the lease's
     // resource is of the blueprint whose hooks the releasing broker runs.
-    inlineReleaseSeen: (p: Params, leaseId: string) => `SELECT wake_count FROM ${S}.work_items WHERE object_kind = 'lease' AND object_id = ${p.add(leaseId)}`,
-    inlineReleaseClaim: (p: Params, leaseId: string, workerId: string, now: unknown, until: unknown) => `UPDATE ${S}.work_items w
-        SET claimed_by = ${p.add(workerId)}, claim_expires_at = ${p.add(until)}::timestamptz, run_at = ${p.add(now)}::timestamptz
-        WHERE w.object_kind = 'lease' AND w.object_id = (
-          SELECT object_id FROM ${S}.work_items
-          WHERE object_kind = 'lease' AND object_id = ${p.add(leaseId)} AND (claimed_by IS NULL OR claim_expires_at < ${p.add(now)}::timestamptz)
-          FOR UPDATE SKIP LOCKED)
-        RETURNING w.wake_count`,
+    inlineReleaseSeen: (p: Params, leaseId: string) => leaseItemSeen(S, p.add(leaseId)),
+    inlineReleaseClaim: (p: Params, leaseId: string, workerId: string, now: unknown, until: unknown) => leaseItemClaim(S, p.add(leaseId), p.add(workerId), p.add(now), p.add(until)),
     inlineReleaseGuard: (p: Params, leaseId: string, blueprint: string) => `EXISTS (SELECT 1 FROM claim WHERE claim.wake_count = (SELECT wake_count FROM seen))
         AND NOT EXISTS (SELECT 1 FROM ${S}.commands c WHERE c.target_kind = 'lease' AND c.target_id = ${p.add(leaseId)} AND c.consumed_at IS NULL)
         AND EXISTS (SELECT 1 FROM ${S}.resources r WHERE r.id = leases.resource_id AND r.blueprint = ${p.add(blueprint)})`,

@@ -6,7 +6,7 @@
 
 import { allocationWrites } from './allocation-writes.js';
 import { authorizationStatements } from './authorizations.js';
-import { casWrites } from './cas-writes.js';
+import { casWrites, leaseItemClaim, leaseItemSeen } from './cas-writes.js';
 import { poolPolicyStatements } from './pool-policies.js';
 import { queries } from './queries.js';
 import { bestWaiter } from './waiters.js';
@@ -107,24 +107,12 @@ export function statements(schema: string, agingMs: number | null = null) {
     leaseWithCommands: `
       SELECT ${leaseRead}
       FROM ${S}.leases l ${leaseJoins} WHERE l.id = $1`,
-    // The same read for the lease's holder releasing it inline: only if it can claim the
-    // lease's work item now (unclaimed or its claim expired; a row another transaction
-    // locks is skipped, not waited for). No row: a worker has it, or there is none. The item
-    // is made due as it is claimed: if the claimer dies before its pass ends, the next worker
-    // takes it once the claim expires, not at the lease's expiry.
-    // The read sees the statement's snapshot, the claim the item's newest version: a wake
-    // committed in between (a command written just then) would be counted in the claim's
-    // wake_count but missing from the commands read, and the pass would end without it.
-    // No row then either (seen), and the release goes to the lease's worker.
+    // The same read for a broker that claims the lease's work item now (leaseItemClaim).
+    // No row: a worker has it, there is none, or a wake landed as it was claimed
+    // (leaseItemSeen), whose command the read may have missed.
     claimLeaseWithCommands: `
-      WITH seen AS (SELECT wake_count FROM ${S}.work_items WHERE object_kind = 'lease' AND object_id = $1),
-      c AS (
-        UPDATE ${S}.work_items w SET claimed_by = $2, claim_expires_at = $4, run_at = $3
-        WHERE w.object_kind = 'lease' AND w.object_id = (
-          SELECT object_id FROM ${S}.work_items
-          WHERE object_kind = 'lease' AND object_id = $1 AND (claimed_by IS NULL OR claim_expires_at < $3)
-          FOR UPDATE SKIP LOCKED)
-        RETURNING w.wake_count)
+      WITH seen AS (${leaseItemSeen(S, '$1')}),
+      c AS (${leaseItemClaim(S, '$1', '$2', '$3', '$4')})
       SELECT ${leaseRead}, c.wake_count AS claimed_wake_count
       FROM c CROSS JOIN ${S}.leases l ${leaseJoins} WHERE l.id = $1 AND c.wake_count = (SELECT wake_count FROM seen)`,
     leaseWithResource: `
