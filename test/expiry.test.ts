@@ -130,6 +130,37 @@ describe('resource idle expiry', () => {
     expect((await broker.leases.get(second.id))!.status).toBe('active');
     await broker.close();
   });
+
+  // The statement that destroys the last lease wakes the resource to schedule its idle
+  // expiry: after a destroy phase (hooks at the lease's end), and after the holder's
+  // release run inline with the destroy in it (no hook there). Nothing else would: the
+  // resource's work item waits for no time of its own while it is leased.
+  test.each([
+    ['with every per-lease hook', []],
+    ['with no hook at the lease\'s end (the release and destroy run inline)', ['activateLease', 'releaseLease', 'destroyLease']],
+  ] as const)('real clock, %s: a resource left idle goes at its idle expiry', async (_what, without) => {
+    const bp = fakeBlueprint({ name: 'f', without: [...without], limits: { idleExpiry: { milliseconds: 800 } } });
+    const broker = await realBroker({ blueprints: [bp] });
+    try {
+      const lease = await broker.acquire({ type: 'fake' });
+      const id = lease.resource.id;
+      // Held past the idle expiry, so that a look the resource scheduled before the lease
+      // took it finds it leased, and parks it.
+      await new Promise((r) => setTimeout(r, 1_500));
+      const released = Date.now();
+      await lease.release();
+      expect((await broker.resources.get(id))!.status).toBe('active');
+      let status: string | undefined;
+      while ((status = (await broker.resources.get(id))!.status) !== 'destroyed' && Date.now() - released < 10_000) await new Promise((r) => setTimeout(r, 50));
+      expect(status).toBe('destroyed');
+      expect(Date.now() - released).toBeGreaterThanOrEqual(800);
+      const [log] = await broker.logs({ resource: id, type: 'resource.released' });
+      expect(log!.data.reason).toMatch(/^idle for /);
+      expect(engineErrors(broker)).toEqual([]);
+    } finally {
+      await broker.close();
+    }
+  }, 30_000);
 });
 
 describe('acquire timeout', () => {

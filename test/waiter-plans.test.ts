@@ -137,7 +137,7 @@ describe(`picking a waiter among ${WAITING} costs one look per waiting lease, wi
         },
       },
     };
-    const handOff = { resourceId, type: 'fake', blueprint: 'pool', retirement: { maxServed: null, bornAfter: null }, claimFor: { worker: 'worker-1', until: DateTime.now().plus({ minutes: 1 }) }, wakeIdle: false };
+    const handOff = { resourceId, type: 'fake', blueprint: 'pool', retirement: { maxServed: null, bornAfter: null }, claimFor: { worker: 'worker-1', until: DateTime.now().plus({ minutes: 1 }) } };
     // Released and destroyed at once, as the holder's release on a blueprint with no hook at the lease's end.
     const releasedBy = { written: { data: { reason: 'released' }, author: 'holder' }, logs: [] };
     await expect(store.destroyLease(unit, held!.id, 'active', [], undefined, releasedBy, handOff)).rejects.toBeInstanceOf(Captured);

@@ -8,7 +8,7 @@ import { consumeCommands } from './commands.js';
 import { crashPoint } from './crash-points.js';
 import { baseContext, callHook, hasHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
 import { quotasFor } from './quotas.js';
-import { mayRetire, recycles, retiredBecause, retirementOf } from './retirement.js';
+import { recycles, retiredBecause, retirementOf } from './retirement.js';
 import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
@@ -323,8 +323,6 @@ function handOffOf(ending: Ending, now: DateTime): DestroyHandOff | undefined {
     blueprint: resource.blueprint,
     retirement: retirementOf(blueprint, now),
     claimFor: to && { worker: to.worker, until: after(now, to.ttl) },
-    // As the destroy's transaction has it below; the statement reads a drain itself.
-    wakeIdle: Boolean(blueprint.limits.idleExpiry) || recycles(blueprint),
   };
 }
 
@@ -354,6 +352,9 @@ async function destroyIn(
     { workerId: rt.workerId, wakeCount: claim.wakeCount },
     releasedBy,
     handOff,
+    // Left idle, a resource with an idle expiry or a recycling limit has it scheduled (the
+    // statement wakes one on its way out or of a draining blueprint anyway).
+    blueprint !== undefined && (blueprint.limits.idleExpiry !== null || recycles(blueprint)),
   );
   const { freed, left, dropped, waiting } = destroyed;
   if (!alone) {
@@ -364,13 +365,9 @@ async function destroyIn(
   if (handOff) return { dropped, handedTo: destroyed.handedTo?.claimed ?? null, freed: alone ? freed : [] };
   crashPoint('destroy.beforeHandOff');
   if (!left) return { dropped, handedTo: null, freed: [] };
-  const idle = left.leaseCount === 0;
   const active = left.status === 'active';
   // Recycled or of a draining blueprint: it takes no new lease, so it is handed to no waiter.
   const retired = active && (blueprint ? retiredBecause(blueprint, left, u.now) !== null : left.blueprintDraining);
-  // A resource on its way out waits for its last lease; an idle one may have an idle
-  // expiry or a recycling age to schedule, or be retired and go now.
-  if (idle && (!active || blueprint?.limits.idleExpiry || mayRetire(blueprint, left))) await store.wake(u, 'resource', [left.id]);
   // No lease waited for it when the destroy ran: no hand-off (one statement fewer on the usual release).
   if (!(active && !retired && waiting)) return { dropped, handedTo: null, freed: [] };
   const to = claim.handOffTo;

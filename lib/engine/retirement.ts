@@ -19,11 +19,6 @@ export function retirementOf(blueprint: Blueprint<any, any, any>, now: DateTime)
   return { maxServed: maxLeasesPerResourceLifetime, bornAfter: maxResourceAge ? now.minus(maxResourceAge) : null };
 }
 
-/** Whether recycling or a drain can retire resources of this blueprint at all: the lease worker wakes a resource that a lease left idle only then. */
-export function mayRetire(blueprint: Blueprint<any, any, any> | undefined, resource: Aging): boolean {
-  return resource.blueprintDraining || (!!blueprint && recycles(blueprint));
-}
-
 /** Whether the blueprint has a recycling limit (`maxLeasesPerResourceLifetime`, `maxResourceAge`). */
 export function recycles(blueprint: Blueprint<any, any, any>): boolean {
   return blueprint.limits.maxLeasesPerResourceLifetime !== null || blueprint.limits.maxResourceAge !== null;

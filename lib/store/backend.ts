@@ -135,8 +135,7 @@ export interface AlsoWrite {
  * The hand-off a lease's destroy makes in its own statement (`destroyLease`): the lease's
  * resource, its type and blueprint, the blueprint's recycling limits (a retired resource is
  * handed to no one), the worker that claims the waiter's work item (none: the waiter is only
- * woken), and `wakeIdle`: whether the resource, left idle, is woken to schedule an idle
- * expiry or a retirement (it is woken anyway when it is not active, or its blueprint drains).
+ * woken).
  */
 export interface DestroyHandOff {
   resourceId: string;
@@ -144,7 +143,6 @@ export interface DestroyHandOff {
   blueprint: string;
   retirement: Retirement;
   claimFor?: { worker: string; until: DateTime };
-  wakeIdle: boolean;
 }
 
 /**
@@ -520,6 +518,9 @@ export interface StoreBackend {
    * and destroyed at once, consuming that release command (a blueprint with no hook to call
    * in between): its log shows both steps. `waiting`: whether, in the statement's snapshot,
    * a pending lease may wait for its resource (without one, no hand-off is needed).
+   * The resource, left idle, is woken in the same statement when it has more to do: when it
+   * is not active, its blueprint drains, or `wakeIdle` (its blueprint has an idle expiry or
+   * a recycling limit to schedule).
    */
   destroyLease(
     unit: Unit,
@@ -529,6 +530,7 @@ export interface StoreBackend {
     claim?: { workerId: string; wakeCount: number },
     releasedBy?: ReleasedBy,
     handOff?: DestroyHandOff,
+    wakeIdle?: boolean,
   ): Promise<DestroyedLease>;
   /** See `claimLease` in store.ts: the lease's work item claimed in `unit` if no one holds it, and the lease read. */
   claimLease(unit: Unit, id: string, workerId: string, until: DateTime): Promise<{ lease: LeaseRow; wakeCount: number } | null>;

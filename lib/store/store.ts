@@ -973,6 +973,7 @@ export class Store implements StoreBackend {
     claim?: { workerId: string; wakeCount: number },
     releasedBy?: ReleasedBy,
     handOff?: DestroyHandOff,
+    wakeIdle = false,
   ): Promise<DestroyedLease> {
     const command: AlsoWrite[] = !releasedBy
       ? []
@@ -1006,9 +1007,8 @@ export class Store implements StoreBackend {
         { name: 'freed', returning: true, sql: this.sql.destroyedLeaseFreed },
         ...handing,
         { name: 'counted', returning: true, sql: (p) => this.sql.destroyedLeaseCounted(p, toDb(unit.now), handOff !== undefined) },
-        handOff
-          ? { name: 'idle', returning: true, sql: (p: Params) => this.sql.destroyedLeaseIdleWake(p, handOff.wakeIdle, toDb(unit.now)) }
-          : { name: 'waiter', returning: true, sql: this.sql.destroyedLeaseWaiter },
+        { name: 'idle', returning: true, sql: (p: Params) => this.sql.destroyedLeaseIdleWake(p, wakeIdle, toDb(unit.now)) },
+        ...(handOff ? [] : [{ name: 'waiter', returning: true, sql: this.sql.destroyedLeaseWaiter }]),
         ...(claim ? [{ name: 'dropped', returning: true, sql: (p: Params) => this.sql.destroyedLeaseWork(p, claim.workerId, claim.wakeCount) }] : []),
       ],
     });
