@@ -21,8 +21,6 @@ import { progress, round } from './support/measure.js';
 import { openTier, packageVersion } from './support/tiers.js';
 import { burst } from './workloads/burst.js';
 
-/** The warm pool of the second burst: issue 15 asks for the burst with `minIdle: 8` beside the cold one. */
-const WARM_POOL = 8;
 import { coldStart } from './workloads/cold-start.js';
 import { handoff, handoffAcrossProcesses } from './workloads/handoff.js';
 import { profile } from './workloads/profile.js';
@@ -30,6 +28,11 @@ import { rss, scale } from './workloads/scale.js';
 import { throughputAt } from './workloads/throughput.js';
 import { tracingCost } from './workloads/tracing-cost.js';
 import { warmAcquire } from './workloads/warm-acquire.js';
+
+/** The warm pool of the second burst: issue 15 asks for the burst with `minIdle: 8` beside the cold one. */
+const WARM_POOL = 8;
+/** The acquirers of the ratio targets: graphile-worker's concurrency, and the bare PGlite loop's point. */
+const RATIO_CLIENTS = GRAPHILE_CONCURRENCY;
 
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
 
@@ -128,22 +131,39 @@ for (const name of config.tiers) {
     }
     // Both sizes of a run include 8 clients, the one concurrency graphile-worker runs at, and the acquirers of the bare PGlite target.
     const graphileAt = name === 'postgres' && want('graphile') ? GRAPHILE_CONCURRENCY : null;
-    const bareAt = name === 'embedded' && want('pglite') ? 8 : null;
+    const bareAt = name === 'embedded' && want('pglite') ? RATIO_CLIENTS : null;
     if (want('throughput') || pgbench || graphileAt || bareAt) {
       const points: NonNullable<TierResults['throughput']> = [];
       for (const clients of config.clients) {
-        if (pgbench) {
-          const p = await step(t, `pgbench -N, ${clients} clients`, () => pgbench!.run(clients, config.pgbench.seconds));
-          if (p) results.references.pgbench!.points.push(p);
-        }
-        if (clients === graphileAt) {
-          results.references.graphileWorker = await step(t, `graphile-worker, concurrency ${clients}`, () => graphileWorkerRate(tier.url!, config.graphile));
-        }
-        if (clients === bareAt) results.references.barePglite = await step(t, 'a bare PGlite loop of one cycle\'s statements', () => barePgliteRate(tier, config));
-        if (want('throughput')) {
-          const p = await step(t, `${name}: throughput, ${clients} acquirers`, () => throughputAt(tier, clients, config));
-          if (p) points.push({ ...p, pgbenchTps: null, ratioToPgbench: null, genericPoolOpsPerSec: null, ratioToGenericPool: null, graphileJobsPerSec: null, ratioToGraphile: null });
-          if (p) progress(`${name}: ${clients} acquirers: ${p.cyclesPerSec} cycles/s`);
+        // At 8, the ratio targets' point, references and slipway alternate for `ratioRounds` rounds.
+        const rounds = clients === RATIO_CLIENTS && want('throughput') && (pgbench || graphileAt === clients || bareAt === clients) ? config.ratioRounds : 1;
+        for (let r = 1; r <= rounds; r++) {
+          const of = rounds > 1 ? ` (round ${r} of ${rounds})` : '';
+          const first = r === 1;
+          let tps: number | null = null;
+          let jobs: number | null = null;
+          let bare: number | null = null;
+          if (pgbench) {
+            const p = await step(t, `pgbench -N, ${clients} clients${of}`, () => pgbench!.run(clients, config.pgbench.seconds));
+            if (p && first) results.references.pgbench!.points.push(p);
+            tps = p?.tps ?? null;
+          }
+          if (clients === graphileAt) {
+            const g = await step(t, `graphile-worker, concurrency ${clients}${of}`, () => graphileWorkerRate(tier.url!, config.graphile));
+            if (first) results.references.graphileWorker = g;
+            jobs = g?.jobsPerSec ?? null;
+          }
+          if (clients === bareAt) {
+            const b = await step(t, `a bare PGlite loop of one cycle's statements${of}`, () => barePgliteRate(tier, config));
+            if (first) results.references.barePglite = b;
+            bare = b?.cyclesPerSec ?? null;
+          }
+          if (want('throughput')) {
+            const p = await step(t, `${name}: throughput, ${clients} acquirers${of}`, () => throughputAt(tier, clients, config));
+            if (p && first) points.push({ ...p, pgbenchTps: null, ratioToPgbench: null, genericPoolOpsPerSec: null, ratioToGenericPool: null, graphileJobsPerSec: null, ratioToGraphile: null });
+            if (p) progress(`${name}: ${clients} acquirers${of}: ${p.cyclesPerSec} cycles/s`);
+            if (p && rounds > 1) (t.ratioRounds ??= []).push({ cyclesPerSec: p.cyclesPerSec, pgbenchTps: tps, graphileJobsPerSec: jobs, barePgliteCyclesPerSec: bare });
+          }
         }
       }
       if (want('throughput')) t.throughput = points;

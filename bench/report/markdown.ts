@@ -114,6 +114,17 @@ function tierSection(tier: TierName, t: TierResults, svgName: string | null): st
     );
     out.push('');
   }
+  if (t.ratioRounds) {
+    out.push(`The 8-acquirer point in ${t.ratioRounds.length} interleaved rounds, each the references right before slipway (the table above is round 1; the targets take the median ratio):`);
+    out.push('');
+    out.push(
+      table(
+        ['round', 'slipway cycles/s', 'pgbench TPS', 'graphile-worker jobs/s', 'bare PGlite cycles/s'],
+        t.ratioRounds.map((r, i) => [i + 1, n(r.cyclesPerSec), n(r.pgbenchTps), n(r.graphileJobsPerSec), n(r.barePgliteCyclesPerSec)]),
+      ),
+    );
+    out.push('');
+  }
   if (t.burst && t.burstWarm) {
     const cold = t.burst;
     const warm = t.burstWarm;

@@ -31,6 +31,12 @@ export interface TierResults {
   /** The same hand-off with the waiting lease in a second process (Postgres only). */
   handoffAcross?: HandoffResult;
   throughput?: ThroughputWithRatios[];
+  /**
+   * The interleaved rounds at 8 acquirers (`ratioRounds`, more than one): each the
+   * references measured right before slipway, in the same round. The first round is the
+   * one `throughput` and `references` report.
+   */
+  ratioRounds?: RatioRound[];
   burst?: BurstResult;
   /** The same burst on a warm pool (`minIdle`), beside the cold one. */
   burstWarm?: BurstResult;
@@ -39,6 +45,13 @@ export interface TierResults {
   profile?: ProfileResult;
   tracing?: TracingCostResult;
   errors: Array<{ workload: string; error: string }>;
+}
+
+export interface RatioRound {
+  cyclesPerSec: number;
+  pgbenchTps: number | null;
+  graphileJobsPerSec: number | null;
+  barePgliteCyclesPerSec: number | null;
 }
 
 export interface Target {

@@ -19,6 +19,13 @@ export interface BenchConfig {
   /** Base name of the files written to bench/results/. */
   out: string;
   clients: number[];
+  /**
+   * Rounds of the 8-acquirer ratio targets: each round runs the references at 8 (pgbench,
+   * graphile-worker, the bare PGlite loop) and then slipway at 8, and a target takes the
+   * median of its rounds' ratios, so that the machine's drift within a run moves both
+   * sides of each ratio alike.
+   */
+  ratioRounds: number;
   warm: { samples: number; warmup: number; gapMs: number };
   handoff: { samples: number; warmup: number; gapMs: number };
   throughput: { seconds: number; warmupSeconds: number };
@@ -35,6 +42,7 @@ export interface BenchConfig {
 const full = (): Omit<BenchConfig, 'tiers' | 'only' | 'out'> => ({
   mode: 'full',
   clients: [1, 8, 32],
+  ratioRounds: 3,
   warm: { samples: 200, warmup: 10, gapMs: 20 },
   handoff: { samples: 120, warmup: 5, gapMs: 20 },
   throughput: { seconds: 6, warmupSeconds: 1.5 },
@@ -51,6 +59,7 @@ const full = (): Omit<BenchConfig, 'tiers' | 'only' | 'out'> => ({
 const quick = (): Omit<BenchConfig, 'tiers' | 'only' | 'out'> => ({
   mode: 'quick',
   clients: [1, 8],
+  ratioRounds: 1,
   warm: { samples: 20, warmup: 3, gapMs: 20 },
   handoff: { samples: 10, warmup: 2, gapMs: 20 },
   throughput: { seconds: 1, warmupSeconds: 0.3 },
