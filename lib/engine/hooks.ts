@@ -68,7 +68,12 @@ async function runHook<T>(rt: Runtime, blueprint: Blueprint<any, any, any>, hook
   });
   try {
     hookCrashPoint(hook, 'before');
-    const hookCtx = Object.defineProperty({ ...ctx }, 'signal', { get: hookSignal, enumerable: true, configurable: true });
+    const hookCtx = {
+      ...ctx,
+      get signal() {
+        return hookSignal();
+      },
+    };
     const running = Promise.resolve().then(() => (fn as (ctx: object) => unknown).call(blueprint.implementation, hookCtx));
     // A hook that settles after its timeout must not become an unhandled rejection.
     running.catch(() => undefined);
