@@ -7,6 +7,7 @@ import { startCuttingProxy } from './helpers/cutting-proxy.js';
 import { channelFor, decodeHint, encodeHint, Listener, type Hint } from '../lib/store/notifier.js';
 import { until } from './helpers/pump.js';
 import { canStartPostgres, startPostgres, type ThrowawayPostgres } from './helpers/postgres.js';
+import { lockHolder } from './helpers/lock-holder.js';
 import { describeOnPostgres, freshSchema, tierUrl } from './helpers/tier.js';
 
 guardBrokers();
@@ -237,11 +238,9 @@ describeOnPostgres('a hand-off and the best waiter', () => {
         await new Promise((r) => setTimeout(r, 20));
       }
     }
-    const outside = new pg.Client({ connectionString: tierUrl!, application_name: 'handoff-lock' });
+    const outside = await lockHolder(tierUrl!, 'handoff-lock');
     let waited = false;
-    await outside.connect();
     try {
-      await outside.query('BEGIN');
       await outside.query(`SELECT 1 FROM "${schema}".work_items WHERE object_kind = 'lease' AND object_id = $1 FOR UPDATE`, [first.id]);
       const releasing = held.release();
       // The hand-off waits for the lock, and the release with it; a skipping hand-off would
@@ -249,14 +248,12 @@ describeOnPostgres('a hand-off and the best waiter', () => {
       const deadline = Date.now() + 5_000;
       waited = false;
       while (!waited && Date.now() < deadline) {
-        const { rows } = await outside.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))');
-        waited = rows[0].n > 0;
+        waited = (await outside.waiters()) > 0;
         if (!waited) await new Promise((r) => setTimeout(r, 20));
       }
-      await outside.query('COMMIT');
+      await outside.commit();
       await releasing;
     } finally {
-      await outside.query('ROLLBACK').catch(() => undefined);
       await outside.end();
     }
     // The freed resource went to the best waiter, not to the one after it.

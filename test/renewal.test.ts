@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DateTime } from 'luxon';
-import pg from 'pg';
 import { createBroker, defineBlueprint, LeaseEndedError, LeaseNotActiveError, NotFoundError, ValidationError, type Broker, type DatabaseOptions } from '../lib/index.js';
 import { fakeBlueprint } from '../lib/testing/index.js';
 import { engineErrors, guardBrokers, realBroker, testBroker, track } from './helpers/broker.js';
+import { lockHolder } from './helpers/lock-holder.js';
 import { describeOnPostgres, freshSchema, tier, tierUrl } from './helpers/tier.js';
 
 guardBrokers();
@@ -257,18 +257,10 @@ describeOnPostgres('renewal across two brokers on one schema', () => {
     const broker = await testBroker({ database: { url: tierUrl!, schema }, blueprints: [hosts()] });
     const lease = await broker.acquire({ type: 'host', owner: 'held', ttl: { minutes: 10 } });
     const signal = lease.signal;
-    const outside = new pg.Client({ connectionString: tierUrl!, application_name: 'renewal-race' });
-    await outside.connect();
+    const outside = await lockHolder(tierUrl!, 'renewal-race');
     // The sessions that wait for the outside transaction's lock, or in line behind one that does.
-    const waiters = async () =>
-      Number(
-        (
-          await outside.query(`WITH first AS (SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid)))
-            SELECT (SELECT count(*) FROM first) + (SELECT count(*) FROM pg_stat_activity WHERE pg_blocking_pids(pid) && ARRAY(SELECT pid FROM first)) AS n`)
-        ).rows[0].n,
-      );
+    const waiters = () => outside.waiters({ queued: true });
     try {
-      await outside.query('BEGIN');
       await outside.query(`SELECT 1 FROM ${schema}.leases WHERE id = $1 FOR UPDATE`, [lease.id]);
       await broker.extendLease(lease.id, { ttl: { minutes: 30 } }, { author: 'late', wait: false });
       const idle = broker.runUntilIdle();
@@ -276,7 +268,7 @@ describeOnPostgres('renewal across two brokers on one schema', () => {
       broker.clock.advance({ minutes: 11 });
       // The signal either aborted on a plain read, or waits for the row lock too.
       await waitFor(async () => signal.aborted || (await waiters()) >= 2, (done) => done, 'the signal to read the lease');
-      await outside.query('COMMIT');
+      await outside.commit();
       await idle;
       await waitFor(async () => signal.aborted, (done) => done, 'the signal to abort');
       expect(signal.reason.why).toBe('expired');
@@ -286,7 +278,6 @@ describeOnPostgres('renewal across two brokers on one schema', () => {
       expect((await broker.leases.get(lease.id))!.status).toBe('destroyed');
       expect(await broker.logs({ lease: lease.id, type: 'lease.extended' })).toEqual([]);
     } finally {
-      await outside.query('ROLLBACK').catch(() => undefined);
       await outside.end();
     }
     await broker.close();
@@ -297,17 +288,15 @@ describeOnPostgres('renewal across two brokers on one schema', () => {
     const broker = track(await createBroker({ database: { url: tierUrl!, schema }, blueprints: [hosts()], sweepInterval: { milliseconds: 200 } }));
     const lease = await broker.acquire({ type: 'host', owner: 'held', ttl: { seconds: 3 } });
     const signal = lease.signal;
-    const outside = new pg.Client({ connectionString: tierUrl!, application_name: 'renewal-race-real' });
-    await outside.connect();
-    const blocked = async () => Number((await outside.query('SELECT count(*) AS n FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))')).rows[0].n);
+    const outside = await lockHolder(tierUrl!, 'renewal-race-real');
+    const blocked = () => outside.waiters();
     try {
-      await outside.query('BEGIN');
       await outside.query(`SELECT 1 FROM ${schema}.leases WHERE id = $1 FOR UPDATE`, [lease.id]);
       await broker.extendLease(lease.id, { ttl: { minutes: 5 } }, { author: 'late', wait: false });
       await waitFor(blocked, (n) => n >= 1, "the broker's worker to wait for the row lock");
       // The expiry passes on the real clock while the renewal is held at its write.
       await sleep(Math.max(0, lease.expiresAt!.toMillis() - Date.now()) + 500);
-      await outside.query('COMMIT');
+      await outside.commit();
       const [command] = (
         await waitFor(async () => (await outside.query(`SELECT outcome FROM ${schema}.commands WHERE target_id = $1 AND command = 'extend'`, [lease.id])).rows, (rows) => rows[0]?.outcome != null, 'the renewal to be judged')
       );
@@ -318,7 +307,6 @@ describeOnPostgres('renewal across two brokers on one schema', () => {
       expect(command.outcome).toMatch(/^rejected: lease expired at /);
       await waitFor(async () => (await broker.leases.get(lease.id))!.status, (st) => st === 'destroyed', 'the expired lease to be destroyed');
     } finally {
-      await outside.query('ROLLBACK').catch(() => undefined);
       await outside.end();
     }
     await broker.close();
