@@ -25,7 +25,7 @@ import { coldStart } from './workloads/cold-start.js';
 import { handoff, handoffAcrossProcesses } from './workloads/handoff.js';
 import { profile } from './workloads/profile.js';
 import { rss, scale } from './workloads/scale.js';
-import { throughputAt } from './workloads/throughput.js';
+import { embeddedRatioRound, throughputAt } from './workloads/throughput.js';
 import { tracingCost } from './workloads/tracing-cost.js';
 import { warmAcquire } from './workloads/warm-acquire.js';
 
@@ -143,6 +143,10 @@ for (const name of config.tiers) {
           let tps: number | null = null;
           let jobs: number | null = null;
           let bare: number | null = null;
+          // The embedded ratio's pair runs in a fresh process of its own (ratio-child.ts).
+          const apart = clients === bareAt && want('throughput');
+          const what = `a bare PGlite loop, then ${name}: throughput, ${clients} acquirers, in a fresh process${of}`;
+          const pair = apart ? await step(t, what, () => embeddedRatioRound(clients, config, what)) : undefined;
           if (pgbench) {
             const p = await step(t, `pgbench -N, ${clients} clients${of}`, () => pgbench!.run(clients, config.pgbench.seconds));
             if (p && first) results.references.pgbench!.points.push(p);
@@ -154,12 +158,12 @@ for (const name of config.tiers) {
             jobs = g?.jobsPerSec ?? null;
           }
           if (clients === bareAt) {
-            const b = await step(t, `a bare PGlite loop of one cycle's statements${of}`, () => barePgliteRate(tier, config));
+            const b = apart ? pair?.bare : await step(t, `a bare PGlite loop of one cycle's statements${of}`, () => barePgliteRate(tier, config));
             if (first) results.references.barePglite = b;
             bare = b?.cyclesPerSec ?? null;
           }
           if (want('throughput')) {
-            const p = await step(t, `${name}: throughput, ${clients} acquirers${of}`, () => throughputAt(tier, clients, config));
+            const p = apart ? pair?.slipway : await step(t, `${name}: throughput, ${clients} acquirers${of}`, () => throughputAt(tier, clients, config));
             if (p && first) points.push({ ...p, pgbenchTps: null, ratioToPgbench: null, genericPoolOpsPerSec: null, ratioToGenericPool: null, graphileJobsPerSec: null, ratioToGraphile: null });
             if (p) progress(`${name}: ${clients} acquirers${of}: ${p.cyclesPerSec} cycles/s`);
             if (p && rounds > 1) (t.ratioRounds ??= []).push({ cyclesPerSec: p.cyclesPerSec, pgbenchTps: tps, graphileJobsPerSec: jobs, barePgliteCyclesPerSec: bare });

@@ -4,6 +4,7 @@
  * `node --import tsx --expose-gc`, it receives its job over IPC and answers the same way.
  */
 import { fakeBlueprint } from '../../lib/testing/index.js';
+import { serveJob } from '../support/child.js';
 import type { TierName } from '../support/config.js';
 import { profileCpu, type CpuSummary } from '../support/cpu-profile.js';
 import { percentile, round, until } from '../support/measure.js';
@@ -157,9 +158,4 @@ async function run(job: ScaleJob): Promise<ScaleResult> {
   }
 }
 
-process.once('message', (job: ScaleJob) => {
-  run(job).then(
-    (result) => process.send!({ result }, () => process.exit(0)),
-    (error) => process.send!({ error: String(error?.stack ?? error) }, () => process.exit(1)),
-  );
-});
+serveJob(run);

@@ -1,35 +1,14 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { runChild } from '../support/child.js';
 import type { BenchConfig } from '../support/config.js';
-import { progress } from '../support/measure.js';
 import type { Tier } from '../support/tiers.js';
 import type { ScaleJob, ScaleResult } from './scale-child.js';
 
 const CHILD = fileURLToPath(new URL('./scale-child.ts', import.meta.url));
 
-/** Runs one scale job in a fresh `node --import tsx --expose-gc` process and returns its answer. */
-export function runScaleChild(job: ScaleJob, timeoutMs = 8 * 60_000): Promise<ScaleResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--expose-gc', CHILD], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    let settled = false;
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      finish(() => reject(new Error(`${job.label}: the child process took more than ${timeoutMs} ms`)));
-    }, timeoutMs);
-    const finish = (fn: () => void) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      fn();
-    };
-    child.on('message', (m: { progress?: string; result?: ScaleResult; error?: string }) => {
-      if (m.progress) progress(m.progress);
-      if (m.result) finish(() => resolve(m.result!));
-      if (m.error) finish(() => reject(new Error(`${job.label}: ${m.error}`)));
-    });
-    child.on('exit', (code) => finish(() => reject(new Error(`${job.label}: the child process exited (${code}) without an answer`))));
-    child.send(job);
-  });
+/** Runs one scale job in a fresh process (see runChild) and returns its answer. */
+export function runScaleChild(job: ScaleJob): Promise<ScaleResult> {
+  return runChild(CHILD, job);
 }
 
 /**

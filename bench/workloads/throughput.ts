@@ -1,8 +1,11 @@
+import { fileURLToPath } from 'node:url';
 import { fakeBlueprint } from '../../lib/testing/index.js';
+import { runChild } from '../support/child.js';
 import type { BenchConfig } from '../support/config.js';
 import { percentile, round, sleep } from '../support/measure.js';
 import type { Tier } from '../support/tiers.js';
 import { fullCycle, openBroker, prewarm } from './common.js';
+import type { RatioJob, RatioRoundResult } from './ratio-child.js';
 
 export interface ThroughputPoint {
   clients: number;
@@ -67,4 +70,14 @@ export async function throughputAt(tier: Tier, clients: number, config: BenchCon
   } finally {
     await broker.close();
   }
+}
+
+const RATIO_CHILD = fileURLToPath(new URL('./ratio-child.ts', import.meta.url));
+
+/**
+ * One round of the embedded ratio target (the bare PGlite loop, then slipway at `clients`
+ * acquirers) in a fresh process of its own: see ratio-child.ts.
+ */
+export function embeddedRatioRound(clients: number, config: BenchConfig, label: string): Promise<RatioRoundResult> {
+  return runChild<RatioRoundResult, RatioJob>(RATIO_CHILD, { label, clients, config });
 }
