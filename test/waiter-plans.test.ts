@@ -35,21 +35,23 @@ interface Node {
   Plans?: Node[];
 }
 
+/** Rows one step of a plan read from work_items, over all its loops (0 for a step on another table). */
+function workItemsRead(node: Node): number {
+  if (node['Relation Name'] !== 'work_items') return 0;
+  return ((node['Actual Rows'] ?? 0) + (node['Rows Removed by Filter'] ?? 0) + (node['Rows Removed by Index Recheck'] ?? 0)) * (node['Actual Loops'] ?? 1);
+}
+
 /** Rows a plan read from work_items, and rows its joins threw away, over every loop. */
 function rowsTouched(node: Node, acc = { workItems: 0, joinFiltered: 0 }) {
-  const loops = node['Actual Loops'] ?? 1;
-  if (node['Relation Name'] === 'work_items') {
-    acc.workItems += ((node['Actual Rows'] ?? 0) + (node['Rows Removed by Filter'] ?? 0) + (node['Rows Removed by Index Recheck'] ?? 0)) * loops;
-  }
-  acc.joinFiltered += (node['Rows Removed by Join Filter'] ?? 0) * loops;
+  acc.workItems += workItemsRead(node);
+  acc.joinFiltered += (node['Rows Removed by Join Filter'] ?? 0) * (node['Actual Loops'] ?? 1);
   for (const child of node.Plans ?? []) rowsTouched(child, acc);
   return acc;
 }
 
 /** The most rows one step of a plan read from work_items, over all its loops. */
 function mostReadByOneStep(node: Node): number {
-  const own = node['Relation Name'] === 'work_items' ? ((node['Actual Rows'] ?? 0) + (node['Rows Removed by Filter'] ?? 0) + (node['Rows Removed by Index Recheck'] ?? 0)) * (node['Actual Loops'] ?? 1) : 0;
-  return Math.max(own, ...(node.Plans ?? []).map(mostReadByOneStep));
+  return Math.max(workItemsRead(node), ...(node.Plans ?? []).map(mostReadByOneStep));
 }
 
 /** `work` in a transaction that is rolled back. */
