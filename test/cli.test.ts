@@ -87,6 +87,16 @@ describe(`slipway on the ${tier} tier`, () => {
     expect(DateTime.fromISO(lease.createdAt).isValid).toBe(true);
   }, 120_000);
 
+  (tier === 'postgres' ? test : test.skip)('lease with workers: false shows the lines a worker in another process wrote, before the lease is active', async () => {
+    // The requesting process hears no log line of the worker's: they are read from the database.
+    const worker = start(['worker', ...withConfig()]);
+    await worker.waitFor(/slipway worker: blueprints/);
+    const requester = join(repoRoot, 'test/fixtures/cli/requester.config.js');
+    const result = await cli(['lease', '--type', 'host', '--ttl', '10m', '--owner', 'ci-remote', ...flags, '--config', requester, '--', 'true'], { env });
+    expect(result.code).toBe(0);
+    expect(result.stderr).toMatch(/\d\d:\d\d:\d\d Lease acquired on resource res_\w+ \(blueprint local\)\.\n[\s\S]*\d\d:\d\d:\d\d Lease is active on resource res_\w+\.\nlease lease_\w+ is active on resource /);
+  }, 120_000);
+
   test('lease --keep-alive renews a short ttl while the command runs past it', async () => {
     const result = await cli(['lease', '--type', 'host', '--ttl', '2s', '--keep-alive', '--owner', 'ci-ka', ...withConfig(), '--', 'sh', '-c', 'sleep 5; echo done'], { env });
     expect(result).toMatchObject({ code: 0, stdout: 'done\n' });

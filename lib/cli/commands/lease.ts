@@ -11,6 +11,7 @@ import { json } from '../format.js';
 import type { Io } from '../io.js';
 import { library } from '../library.js';
 import { Progress } from '../progress.js';
+import { newLogEntries } from './shared.js';
 
 interface LeaseFlags extends ConnectionFlags {
   config?: string;
@@ -156,7 +157,9 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, count: num
   // Lines logged while a request itself runs arrive before its id is known: kept until then.
   const early: LogEntry[] = [];
   const ids = new Set<string>();
+  const isNew = newLogEntries();
   const show = (entry: LogEntry) => {
+    if (!isNew(entry)) return;
     if (entry.type === 'status.changed') {
       statuses.set(entry.lease!, String(entry.data.to));
       return progress.setStatus(count === 1 ? String(entry.data.to) : statusSummary(statuses));
@@ -210,6 +213,11 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, count: num
       throw error;
     }
     leases = settled.map((r) => (r as PromiseFulfilledResult<Lease>).value);
+    // The lines of the commit that made a lease active can come after it is seen active: on
+    // Postgres a re-read on another connection may answer before that commit's own, and the
+    // lines a worker in another process wrote are never announced here. Read, they are shown
+    // before the lease is said to be active (each line once).
+    for (const h of handles) for (const entry of await broker.logs({ lease: h.id })) show(entry);
   } finally {
     progress.stop();
     offLog();

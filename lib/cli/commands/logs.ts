@@ -7,7 +7,7 @@ import { UsageError } from '../errors.js';
 import { json } from '../format.js';
 import type { Io } from '../io.js';
 import { logLine } from './show.js';
-import { renderingBlueprints, subcommand, type JsonFlag } from './shared.js';
+import { newLogEntries, renderingBlueprints, subcommand, type JsonFlag } from './shared.js';
 
 type LogsFlags = ConnectionFlags & JsonFlag & { config?: string; lease?: string; resource?: string; blueprint?: string; type?: string; follow?: boolean; interval: string };
 
@@ -34,14 +34,9 @@ export function registerLogs(program: Command, io: Io): void {
       const print = (entry: LogEntry) => io.out(flags.json ? JSON.stringify(entry) : logLine(entry, io.paint, !flags.lease && !flags.resource));
       const broker = await openBroker(database, { migrate: false, blueprints: await renderingBlueprints(flags) });
       try {
-        const seen = new Map<number, number>();
+        const isNew = newLogEntries();
         const printNew = async (b: Broker) => {
-          for (const entry of await b.logs(filter)) {
-            // A repeated event bumps one row's count: printed again when it grew.
-            if (seen.get(entry.id) === entry.count) continue;
-            seen.set(entry.id, entry.count);
-            print(entry);
-          }
+          for (const entry of await b.logs(filter)) if (isNew(entry)) print(entry);
         };
         await printNew(broker);
         if (!flags.follow) return;

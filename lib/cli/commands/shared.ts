@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
-import type { Broker, BrokerOptions } from '../../index.js';
+import type { Broker, BrokerOptions, LogEntry } from '../../index.js';
 import { DEFAULT_CONFIG_FILES, loadConfig } from '../config.js';
 import { addConnectionOptions, databaseFrom, openBroker, type ConnectionFlags } from '../connection.js';
 import { UsageError } from '../errors.js';
@@ -10,6 +10,19 @@ type Blueprints = NonNullable<BrokerOptions['blueprints']>;
 
 export interface JsonFlag {
   json?: boolean;
+}
+
+/**
+ * Which log entries are new to a reader that shows each once: true for an entry not seen
+ * yet, and again when its count grew (a repeated event bumps one row's count).
+ */
+export function newLogEntries(): (entry: LogEntry) => boolean {
+  const seen = new Map<number, number>();
+  return (entry) => {
+    if (seen.get(entry.id) === entry.count) return false;
+    seen.set(entry.id, entry.count);
+    return true;
+  };
 }
 
 /** A subcommand with the connection flags, `--json`, and an example under its help. */
