@@ -216,8 +216,9 @@ async function acquireAndUse(io: Io, broker: Broker, spec: LeaseSpec, count: num
     // The lines of the commit that made a lease active can come after it is seen active: on
     // Postgres a re-read on another connection may answer before that commit's own, and the
     // lines a worker in another process wrote are never announced here. Read, they are shown
-    // before the lease is said to be active (each line once).
-    for (const h of handles) for (const entry of await broker.logs({ lease: h.id })) show(entry);
+    // before the lease is said to be active (each line once). Progress only: a read that
+    // fails leaves them out, and the leases go on to their use and release.
+    for (const h of handles) for (const entry of await broker.logs({ lease: h.id }).catch(() => [])) show(entry);
   } finally {
     progress.stop();
     offLog();
