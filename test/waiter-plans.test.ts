@@ -184,12 +184,21 @@ describe(`picking a waiter among ${WAITING} costs one look per waiting lease, wi
     expect(row?.status).toBe('destroyed');
     expect((row?.woke as Array<{ object_id: string; claimed: boolean }>)[0]).toMatchObject({ object_id: firstWaiter, claimed: true });
     expect((row?.counted as Array<{ reserved_for: string }>)[0]?.reserved_for).toBe(firstWaiter);
+    if (tier === 'embedded') {
+      // What the waiter's pass reads first comes with it: its row as the hand-off left it, and its work item's wake count before.
+      expect((row?.ptr as Array<{ lease_row: { id: string; allocating_resource_id: string } }>)[0]?.lease_row).toMatchObject({ id: firstWaiter, allocating_resource_id: resourceId });
+      const [handed] = row?.handed as Array<{ seen_wake_count: number; unchanged: boolean }>;
+      expect(Number(handed?.seen_wake_count) + 1).toBe((row?.woke as Array<{ wake_count: number }>)[0]?.wake_count);
+      expect(handed?.unchanged).toBe(true);
+    } else {
+      expect(row?.handed).toBeUndefined();
+    }
     const touched = rowsTouched(plan);
     // One row: every lease CAS joins the lease to the work item of its parent resource (a
     // child lease wakes it), and this lease has none; nothing scales with the waiters.
     expect(touched.joinFiltered).toBeLessThanOrEqual(1);
-    // The waiter's work item (locked, then updated), the resource's (the parent's wake and the idle wake look it up).
-    expect(touched.workItems).toBeLessThanOrEqual(4);
+    // The waiter's work item (embedded: read for the pass it hands on; locked, then updated), the resource's (the parent's wake and the idle wake look it up).
+    expect(touched.workItems).toBeLessThanOrEqual(tier === 'embedded' ? 5 : 4);
   });
 
   test('a capacity wake: the first come, one work item looked up per lease passed over', async () => {

@@ -273,7 +273,7 @@ export class Engine {
    * now, so that its claim is kept alive meanwhile. A crash before it runs leaves the
    * claim to lapse, and the lease, due, to the next worker that claims it.
    */
-  private runHandedOff(item: ClaimedWork) {
+  private runHandedOff(item: ClaimedItem) {
     crashPoint('handOff.claimed');
     const key = `${item.kind}:${item.id}`;
     // Already running here (claimed again by its own pass's worker): that pass goes on.

@@ -9,7 +9,7 @@ import { crashPoint } from './crash-points.js';
 import { baseContext, callHook, hasHook, hookFailureLog, inDestroyPhase, leaseView, resourceView, retryDestroy, retryPhase } from './hooks.js';
 import { quotasFor } from './quotas.js';
 import { recycles, retiredBecause, retirementOf } from './retirement.js';
-import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
+import { at, DROP_WORK, PARK, REREAD, WORK_DROPPED, type HandedWork, type LeaseMoved, type LeaseStep, type Outcome, type Runtime } from './runtime.js';
 
 export interface LeaseClaim {
   id: string;
@@ -336,7 +336,7 @@ async function destroyIn(
   u: Unit,
   ending: Ending,
   alone = false,
-): Promise<{ dropped: boolean; handedTo: ClaimedWork | null; freed: Array<{ type: string; blueprint: string }> }> {
+): Promise<{ dropped: boolean; handedTo: HandedWork | null; freed: Array<{ type: string; blueprint: string }> }> {
   const { lease, resource, blueprint, claim, releasedBy } = ending;
   const { store } = rt;
   const handOff = handOffOf(ending, u.now);
@@ -362,7 +362,12 @@ async function destroyIn(
     // A place in each quota that counted it: the best waiter the quota holds back looks now.
     if (lease.resourceId) for (const quota of quotasFor(rt, lease)) await store.wakeQuotaWaiter(u, quota);
   }
-  if (handOff) return { dropped, handedTo: destroyed.handedTo?.claimed ?? null, freed: alone ? freed : [] };
+  if (handOff) {
+    const handed = destroyed.handedTo;
+    // The waiter's pass starts from the statement's rows, with no read of its own.
+    const handedTo = handed?.claimed ? { ...handed.claimed, ...(handed.waiter ? { moved: { lease: handed.waiter } } : {}) } : null;
+    return { dropped, handedTo, freed: alone ? freed : [] };
+  }
   crashPoint('destroy.beforeHandOff');
   if (!left) return { dropped, handedTo: null, freed: [] };
   const active = left.status === 'active';

@@ -80,8 +80,8 @@ export interface HookCall {
 export type Outcome =
   | { next: 'park' }
   | { next: 'at'; at: DateTime; attempts?: number }
-  | { next: 'delete'; then?: ClaimedWork }
-  | { next: 'deleted'; then?: ClaimedWork }
+  | { next: 'delete'; then?: HandedWork }
+  | { next: 'deleted'; then?: HandedWork }
   /** The statement that ended the pass also released its claim on the work item: due again at once (a wake came during the pass), at `at`, or parked. */
   | { next: 'finished'; due: boolean; at: DateTime | null };
 
@@ -91,6 +91,9 @@ export type Outcome =
  * the intent of the phase that follows (so the next step calls its hook without another
  * write, and with `resume: false`). `REREAD`: read the lease again.
  */
+/** A waiting lease's work item a hand-off claimed for this worker, and (`moved`) the lease as its pass would read it first, when the hand-off had it all. */
+export type HandedWork = ClaimedWork & { moved?: LeaseMoved };
+
 export interface LeaseMoved {
   lease: LeaseRow;
   resource?: ResourceRow;

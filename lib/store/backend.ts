@@ -150,14 +150,15 @@ export interface DestroyHandOff {
  * resource counts one lease fewer (`left`: what it is now), its work item went
  * (`dropped`), and whether a lease may wait for the resource (`waiting`). Given a hand-off
  * (`DestroyHandOff`), `handedTo` is the waiter it went to (null: none), with its work item
- * when the hand-off claimed it.
+ * when the hand-off claimed it, and then (`waiter`, embedded only) the lease as its pass
+ * would read it first, when the statement's own rows say it all.
  */
 export interface DestroyedLease {
   freed: Array<{ type: string; blueprint: string }>;
   left: LeftResource | null;
   dropped: boolean;
   waiting: boolean;
-  handedTo?: { lease: string; claimed: ClaimedWork | null } | null;
+  handedTo?: { lease: string; claimed: ClaimedWork | null; waiter?: LeaseRow } | null;
 }
 
 export interface CasOptions {

@@ -60,14 +60,14 @@ export function casWrites(S: string) {
     // row lock); with what its recycling depends on, for the worker to decide whether it goes.
     // With a hand-off in the same statement (`ptr`, see handOffSteps), the resource is also
     // reserved for its waiter here, judged on the newest row version as the hand-off's own
-    // statement does.
-    destroyedLeaseCounted: (p: Params, now: unknown, handOff = false) => `UPDATE ${S}.resources r SET lease_count = r.lease_count - 1,
+    // statement does. `withRow`: the whole row too (`resource_row`), for `handedWaiter`.
+    destroyedLeaseCounted: (p: Params, now: unknown, handOff = false, withRow = false) => `UPDATE ${S}.resources r SET lease_count = r.lease_count - 1,
           idle_since = CASE WHEN r.lease_count = 1 THEN ${p.add(now)}::timestamptz ELSE r.idle_since END${
             handOff ? `,
           reserved_for = CASE WHEN r.status = 'active' AND r.reserved_for IS NULL THEN (SELECT id FROM ptr) ELSE r.reserved_for END` : ''
           }
         FROM upd WHERE r.id = upd.resource_id
-        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at, r.reserved_for,
+        RETURNING r.id, r.status, r.lease_count, r.type, r.blueprint, r.leases_served, r.status_changed_at, r.reserved_for,${withRow ? ' to_jsonb(r) AS resource_row,' : ''}
           ${draining('r.blueprint')} AS blueprint_draining`,
     // ... and whether a lease may wait for that resource: pending, of its type, free to use its
     // blueprint, holding no reservation. A read of the statement's snapshot that spares the

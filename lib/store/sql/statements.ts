@@ -50,8 +50,10 @@ export function statements(schema: string, agingMs: number | null = null) {
   // What a lease's worker reads of lease l: the row, its unconsumed commands in order (null
   // when there are none), its resource r's row and that of the resource it drives or has
   // reserved (rr: the allocator's first look on a pass after a hand-off); from leaseJoins.
-  const leaseRead = `l.*, (SELECT jsonb_agg(jsonb_build_object('id', cm.id, 'command', cm.command, 'data', cm.data, 'author', cm.author) ORDER BY cm.id)
-                   FROM ${S}.commands cm WHERE cm.target_kind = 'lease' AND cm.target_id = l.id AND cm.consumed_at IS NULL) AS unconsumed,
+  // A lease's unconsumed commands in order, as JSON (null when there are none).
+  const unconsumedOf = (id: string) => `(SELECT jsonb_agg(jsonb_build_object('id', cm.id, 'command', cm.command, 'data', cm.data, 'author', cm.author) ORDER BY cm.id)
+                   FROM ${S}.commands cm WHERE cm.target_kind = 'lease' AND cm.target_id = ${id} AND cm.consumed_at IS NULL)`;
+  const leaseRead = `l.*, ${unconsumedOf('l.id')} AS unconsumed,
         to_jsonb(r) AS resource_row, to_jsonb(rr) AS reserved_row`;
   const leaseJoins = `LEFT JOIN ${S}.resources r ON r.id = l.resource_id LEFT JOIN ${S}.resources rr ON rr.id = l.allocating_resource_id`;
   /**
@@ -60,15 +62,16 @@ export function statements(schema: string, agingMs: number | null = null) {
    * (`resource`, its parameter) for `ptr`'s lease: the hand-off of its own, or the destroy
    * that frees the resource (`Store.destroyLease`), whose update of the resource's row sets
    * the reservation, since one statement cannot update a row twice. `when`: a further
-   * condition for there to be a waiter at all.
+   * condition for there to be a waiter at all. `withRow`: `ptr` also returns the waiter's
+   * row as it left it (`lease_row`), for `handedWaiter`.
    */
-  const handOffSteps = (p: Params, a: HandOff, when = 'true') => {
+  const handOffSteps = (p: Params, a: HandOff, when = 'true', withRow = false) => {
     const now = p.add(a.now);
     const resource = p.add(a.resourceId);
     const worker = p.add(a.claimFor?.worker ?? null);
     const until = p.add(a.claimFor?.until ?? null);
     const next = `
-        SELECT l.id FROM ${S}.leases l
+        SELECT l.id, l.xmin::text AS version FROM ${S}.leases l
         WHERE l.status = 'pending' AND l.type = ${p.add(a.type)}
           AND (l.blueprints IS NULL OR l.blueprints && ${p.add([a.blueprint])}::text[])
           AND l.allocating_resource_id IS NULL AND ${when}
@@ -88,14 +91,27 @@ export function statements(schema: string, agingMs: number | null = null) {
         WHERE w.object_kind = o.object_kind AND w.object_id = o.object_id
         RETURNING w.object_id, w.wake_count, w.attempts, w.priority, ${worker}::text IS NOT NULL AND o.was_free AS claimed`;
     const ptr = `
-        UPDATE ${S}.leases SET allocating_resource_id = ${resource}
-        WHERE id = (SELECT object_id FROM woke) AND status = 'pending' AND allocating_resource_id IS NULL
+        UPDATE ${S}.leases pl SET allocating_resource_id = ${resource}
+        WHERE pl.id = (SELECT object_id FROM woke) AND pl.status = 'pending' AND pl.allocating_resource_id IS NULL
           AND EXISTS (SELECT 1 FROM ${S}.resources WHERE id = ${resource} AND status = 'active' AND reserved_for IS NULL)
-        RETURNING id`;
+        RETURNING pl.id${withRow ? ', to_jsonb(pl) AS lease_row' : ''}`;
     return { resource, next, woke, ptr };
   };
+  /**
+   * What the waiter's pass would read first (`leaseWithCommands`), read in the hand-off's
+   * statement for the pass that the hand-off's claim runs next: its unconsumed commands in
+   * the statement's snapshot, and its work item's wake count there. Valid only if the claim
+   * found one wake more (its own: a command committed after the snapshot woke the item
+   * too) and the lease's row as locked is the one of the snapshot (`unchanged`: a pass that
+   * consumed a command in between wrote it). The lease's row is `ptr`'s, on its newest version.
+   */
+  const handedWaiter = () => `SELECT ${unconsumedOf('n.id')} AS unconsumed,
+        (SELECT wake_count FROM ${S}.work_items WHERE object_kind = 'lease' AND object_id = n.id) AS seen_wake_count,
+        n.version = (SELECT x.xmin::text FROM ${S}.leases x WHERE x.id = n.id) AS unchanged
+      FROM next n`;
   return {
     handOffSteps,
+    handedWaiter,
     ...queries(S),
     ...allocationWrites(S),
     ...casWrites(S),
