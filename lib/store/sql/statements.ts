@@ -63,7 +63,7 @@ export function statements(schema: string, agingMs: number | null = null) {
    * that frees the resource (`Store.destroyLease`), whose update of the resource's row sets
    * the reservation, since one statement cannot update a row twice. `when`: a further
    * condition for there to be a waiter at all. `withRow`: `ptr` also returns the waiter's
-   * row as it left it (`lease_row`), for `handedWaiter`.
+   * row as it left it (`lease_row`), and `next` the version it read (`version`), for `handedWaiter`.
    */
   const handOffSteps = (p: Params, a: HandOff, when = 'true', withRow = false) => {
     const now = p.add(a.now);
@@ -71,7 +71,7 @@ export function statements(schema: string, agingMs: number | null = null) {
     const worker = p.add(a.claimFor?.worker ?? null);
     const until = p.add(a.claimFor?.until ?? null);
     const next = `
-        SELECT l.id, l.xmin::text AS version FROM ${S}.leases l
+        SELECT l.id${withRow ? ', l.xmin::text AS version' : ''} FROM ${S}.leases l
         WHERE l.status = 'pending' AND l.type = ${p.add(a.type)}
           AND (l.blueprints IS NULL OR l.blueprints && ${p.add([a.blueprint])}::text[])
           AND l.allocating_resource_id IS NULL AND ${when}
